@@ -1,0 +1,59 @@
+# One command surface for people and CI. Every target installs what it needs first.
+PYTHON ?= python3
+TOOLS := .tools
+UV := $(TOOLS)/bin/uv
+VENV := .venv
+STAMP := $(VENV)/.synced
+RUN := $(UV) run --frozen --no-sync
+export UV_PYTHON_DOWNLOADS := never
+export UV_PYTHON := $(PYTHON)
+
+.PHONY: up test check lint fmt typecheck contracts unit bench stack-up stack-down clean
+
+$(UV):
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==0.13.9
+
+$(STAMP): $(UV) pyproject.toml uv.lock
+	$(UV) sync --frozen --all-groups
+	@touch $(STAMP)
+
+## up: start the whole system (embedded PostgreSQL, broker, etcd, all services, demo workload)
+up: $(STAMP)
+	$(RUN) duetime up --demo
+
+## test: the whole test suite on real PostgreSQL, Kafka-protocol broker and etcd
+test: $(STAMP)
+	$(RUN) pytest -n 2 --dist loadgroup
+
+## check: lint, format check, strict typing, import contracts, unit tests
+check: lint typecheck contracts unit
+
+lint: $(STAMP)
+	$(RUN) ruff check .
+	$(RUN) ruff format --check .
+
+fmt: $(STAMP)
+	$(RUN) ruff format .
+	$(RUN) ruff check --fix .
+
+typecheck: $(STAMP)
+	$(RUN) mypy
+
+contracts: $(STAMP)
+	$(RUN) lint-imports
+
+unit: $(STAMP)
+	$(RUN) pytest tests/unit -q
+
+bench: $(STAMP)
+	$(RUN) python -m bench
+
+stack-up: $(STAMP)
+	$(RUN) duetime stack up
+
+stack-down: $(STAMP)
+	$(RUN) duetime stack down
+
+clean:
+	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,15 @@
+"""`duetime runs` (placeholder until implemented)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("runs", help="not implemented yet")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    raise SystemExit("duetime runs: not implemented yet")

@@ -1,0 +1,103 @@
+"""Settings from the environment, or from the env file the embedded stack writes.
+
+Resolution order for each URL: the process environment (``DUETIME_DATABASE_URL``,
+``DUETIME_KAFKA_BOOTSTRAP``, ``DUETIME_ETCD_ENDPOINTS``), then ``<data dir>/stack.env``, where the
+data dir is ``DUETIME_DATA_DIR`` or ``.duetime`` in the current directory. That is how
+``duetime jobs list`` finds the stack that ``duetime up`` started from the same directory.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from duetime.errors import ConfigError
+
+__all__ = [
+    "STACK_ENV_FILE",
+    "Settings",
+    "default_data_dir",
+    "load_settings",
+    "read_env_file",
+    "write_env_file",
+]
+
+STACK_ENV_FILE = "stack.env"
+_KEYS = ("DUETIME_DATABASE_URL", "DUETIME_KAFKA_BOOTSTRAP", "DUETIME_ETCD_ENDPOINTS")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where the shared infrastructure is, and the knobs every service reads."""
+
+    database_url: str
+    kafka_bootstrap: str
+    etcd_endpoints: str = ""
+    topic_prefix: str = "duetime."
+    # "local" tunes Kafka clients for the embedded broker (fast joins, short fetch waits);
+    # "prod" keeps client defaults that suit a real cluster.
+    profile: str = "local"
+    data_dir: Path = field(default_factory=lambda: default_data_dir())
+
+    def require_database(self) -> str:
+        if not self.database_url:
+            raise ConfigError(
+                "no database: set DUETIME_DATABASE_URL or start the stack with `duetime up`"
+            )
+        return self.database_url
+
+    def require_kafka(self) -> str:
+        if not self.kafka_bootstrap:
+            raise ConfigError(
+                "no broker: set DUETIME_KAFKA_BOOTSTRAP or start the stack with `duetime up`"
+            )
+        return self.kafka_bootstrap
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("DUETIME_DATA_DIR", ".duetime")).absolute()
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """Parse a ``KEY=VALUE`` file (blank lines and ``#`` comments ignored)."""
+    values: dict[str, str] = {}
+    if not path.exists():
+        return values
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        values[key.strip()] = value.strip()
+    return values
+
+
+def write_env_file(path: Path, values: dict[str, str]) -> None:
+    """Write ``values`` atomically so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(f"{k}={v}\n" for k, v in values.items()), encoding="utf-8")
+    tmp.replace(path)
+
+
+def load_settings(data_dir: Path | None = None, env: dict[str, str] | None = None) -> Settings:
+    """Build settings from ``env`` (default ``os.environ``) and the stack's env file."""
+    environ = dict(os.environ if env is None else env)
+    directory = data_dir or Path(environ.get("DUETIME_DATA_DIR", ".duetime")).absolute()
+    from_file = read_env_file(directory / STACK_ENV_FILE)
+
+    def pick(key: str) -> str:
+        return environ.get(key) or from_file.get(key, "")
+
+    profile = environ.get("DUETIME_PROFILE", "local")
+    if profile not in ("local", "prod"):
+        raise ConfigError(f"DUETIME_PROFILE must be 'local' or 'prod', not {profile!r}")
+    return Settings(
+        database_url=pick(_KEYS[0]),
+        kafka_bootstrap=pick(_KEYS[1]),
+        etcd_endpoints=pick(_KEYS[2]),
+        topic_prefix=environ.get("DUETIME_TOPIC_PREFIX", "duetime."),
+        profile=profile,
+        data_dir=directory,
+    )
