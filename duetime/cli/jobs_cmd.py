@@ -1,15 +1,70 @@
-"""`duetime jobs` (placeholder until implemented)."""
+"""``duetime jobs apply|list``: write job definitions (all-or-nothing) and list them."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
+
+from duetime.config import load_settings
+from duetime.jobdef import load_job_file
+from duetime.store import Store
+from duetime.store.jobs import jobs_apply
+
+from ._output import print_json, print_table
+
+_LIST_COLUMNS = (
+    "job_id",
+    "tenant",
+    "schedule_kind",
+    "schedule_expr",
+    "time_zone",
+    "target_service",
+    "paused",
+    "next_run_at",
+    "version",
+)
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("jobs", help="not implemented yet")
-    parser.set_defaults(func=_run)
+    parser = sub.add_parser("jobs", help="apply and list job definitions")
+    jobs = parser.add_subparsers(dest="jobs_command", required=True)
+    apply = jobs.add_parser("apply", help="create or update the jobs of a JSON or YAML file")
+    apply.add_argument("file", type=Path)
+    apply.add_argument("--json", action="store_true", help="print the result as JSON")
+    apply.set_defaults(func=_apply)
+    listing = jobs.add_parser("list", help="list jobs")
+    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--limit", type=int, default=1000)
+    listing.set_defaults(func=_list)
 
 
-def _run(args: argparse.Namespace) -> int:
-    raise SystemExit("duetime jobs: not implemented yet")
+def _apply(args: argparse.Namespace) -> int:
+    # Validate the whole file before touching the database: a bad job refuses the file.
+    jobs = load_job_file(args.file)
+    store = Store(load_settings().require_database(), pool_size=1, application_name="duetime-cli")
+    try:
+        with store.tx() as tx:
+            writes = jobs_apply(tx, jobs)
+    finally:
+        store.close()
+    rows = [{"job_id": w.job_id, "action": w.action, "version": w.version} for w in writes]
+    if args.json:
+        print_json(rows)
+    else:
+        for row in rows:
+            print(f"{row['job_id']}: {row['action']} (version {row['version']})")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    store = Store(load_settings().require_database(), pool_size=1, application_name="duetime-cli")
+    try:
+        rows = [dict(r._mapping) for r in store.jobs_list(args.limit)]
+    finally:
+        store.close()
+    if args.json:
+        print_json(rows)
+    else:
+        print_table(rows, _LIST_COLUMNS)
+    return 0

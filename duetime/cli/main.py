@@ -14,7 +14,8 @@ from duetime.errors import DuetimeError, InvalidInput
 
 __all__ = ["main"]
 
-# Each module exposes ``register(subparsers)``; the handler it sets as ``func`` returns an exit code.
+# Each module exposes ``register(subparsers)``; the handler it sets as ``func`` returns an
+# exit code.
 _COMMAND_MODULES = (
     "duetime.cli.stack_cmd",
     "duetime.cli.migrate_cmd",

@@ -1,0 +1,102 @@
+"""The demo workload of ``duetime up --demo``: a local HTTP target and three jobs.
+
+- ``demo-every-5s``: an interval job that succeeds (PT5S).
+- ``demo-kolkata-cron``: a cron job every minute in Asia/Kolkata.
+- ``demo-always-fails``: a job whose target answers 500, so its runs go to ``dead`` after three
+  attempts (with backoff) and raise the dead-run alert.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from duetime.jobdef import parse_jobs
+from duetime.model import JobDefinition
+
+__all__ = ["DemoTarget", "demo_jobs"]
+
+
+class DemoTarget:
+    """A recording HTTP target on 127.0.0.1: ``/ok`` answers 200, ``/fail`` answers 500."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        target = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
+                with target._lock:
+                    target.requests.append(
+                        {
+                            "path": self.path,
+                            "idempotency_key": self.headers.get("Idempotency-Key"),
+                            "at": datetime.now(UTC),
+                        }
+                    )
+                status = 500 if self.path.startswith("/fail") else 200
+                body = json.dumps({"ok": status == 200}).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_POST = do_GET = do_PUT = _handle
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def demo_jobs(port: int) -> list[JobDefinition]:
+    base = f"http://127.0.0.1:{port}"
+    return parse_jobs(
+        {
+            "jobs": [
+                {
+                    "id": "demo-every-5s",
+                    "tenant": "demo",
+                    "schedule": {"interval": "PT5S"},
+                    "target": {
+                        "http": {"url": f"{base}/ok/every-5s", "body": {"hello": "duetime"}}
+                    },
+                    "target_service": "demo-target",
+                },
+                {
+                    "id": "demo-kolkata-cron",
+                    "tenant": "demo",
+                    "schedule": {"cron": "* * * * *", "time_zone": "Asia/Kolkata"},
+                    "target": {"http": {"url": f"{base}/ok/kolkata", "method": "POST"}},
+                    "target_service": "demo-target",
+                },
+                {
+                    "id": "demo-always-fails",
+                    "tenant": "demo",
+                    "schedule": {"interval": "PT20S"},
+                    "target": {"http": {"url": f"{base}/fail", "timeout_seconds": 5}},
+                    "target_service": "demo-target",
+                    "retry": {"max_attempts": 3, "initial_interval_seconds": 1, "multiplier": 2},
+                    "lease_seconds": 10,
+                    "heartbeat_seconds": 3,
+                },
+            ]
+        }
+    )

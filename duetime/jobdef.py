@@ -1,0 +1,413 @@
+"""Job definitions from users (JSON / YAML files, the jobs topic): parse and validate.
+
+Validation is all-or-nothing: a file with one bad job is refused as a whole, with an error naming
+the field (``jobs[2].schedule.cron: ...``), and nothing of it is stored.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+import yaml
+
+from duetime.errors import InvalidInput, JobDefinitionError
+from duetime.model import HttpTarget, JobDefinition, KafkaTarget, Target
+from duetime.schedule import RetryPolicy, ScheduleSpec, compile_schedule
+
+__all__ = [
+    "JOB_ID_PATTERN",
+    "MAX_BODY_BYTES",
+    "load_job_file",
+    "parse_job",
+    "parse_jobs",
+    "validate_job",
+]
+
+JOB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+TENANT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+TOPIC_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+MAX_BODY_BYTES = 256 * 1024
+MAX_URL_LENGTH = 2083
+MAX_HEADERS = 64
+MAX_HEADER_BYTES = 16 * 1024
+# duetime sets these itself; a job may not override them.
+_RESERVED_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "upgrade",
+        "idempotency-key",
+    }
+)
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")
+_KNOWN_KEYS = frozenset(
+    {
+        "id",
+        "job_id",
+        "tenant",
+        "schedule",
+        "window_seconds",
+        "catch_up",
+        "max_catch_up",
+        "overlap",
+        "target",
+        "target_service",
+        "retry",
+        "lease_seconds",
+        "heartbeat_seconds",
+        "paused",
+        "version",
+    }
+)
+
+
+def _fail(field: str, reason: str) -> JobDefinitionError:
+    return JobDefinitionError(field, reason)
+
+
+def _mapping(value: Any, field: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _fail(field, f"must be an object, not {type(value).__name__}")
+    return cast(Mapping[str, Any], value)
+
+
+def _string(value: Any, field: str, *, max_length: int = 1024) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _fail(field, "must be a non-empty string")
+    if len(value) > max_length:
+        raise _fail(field, f"is longer than {max_length} characters")
+    if "\x00" in value:
+        raise _fail(field, "contains a NUL character")
+    return value
+
+
+def _number(value: Any, field: str, *, low: float, high: float, integer: bool = True) -> float:
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise _fail(field, "must be a whole number" if integer else "must be a number")
+    if not low <= value <= high:
+        raise _fail(field, f"must be between {low:g} and {high:g}, not {value}")
+    return float(value)
+
+
+def _choice(value: Any, field: str, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise _fail(field, f"must be one of {', '.join(choices)}, not {value!r}")
+    return str(value)
+
+
+def _seconds(
+    data: Mapping[str, Any], key: str, field: str, default: float, low: float, high: float
+) -> timedelta:
+    if key not in data:
+        return timedelta(seconds=default)
+    return timedelta(seconds=_number(data[key], field, low=low, high=high, integer=False))
+
+
+def _parse_schedule(value: Any, field: str) -> ScheduleSpec:
+    data = _mapping(value, field)
+    kinds = [k for k in ("cron", "interval", "at") if k in data]
+    if len(kinds) != 1:
+        raise _fail(field, "needs exactly one of cron, interval or at")
+    kind = kinds[0]
+    allowed = {kind, "time_zone", "dst_gap", "dst_overlap", "start_at"}
+    for key in data:
+        if key not in allowed:
+            raise _fail(f"{field}.{key}", "is not a schedule field")
+    start_at: datetime | None = None
+    if "start_at" in data:
+        start_at = _instant(data["start_at"], f"{field}.start_at")
+    spec = ScheduleSpec(
+        kind=cast(Any, kind),
+        expression=_string(data[kind], f"{field}.{kind}", max_length=256),
+        time_zone=_string(data.get("time_zone", "UTC"), f"{field}.time_zone", max_length=64),
+        dst_gap=cast(
+            Any, _choice(data.get("dst_gap", "shift"), f"{field}.dst_gap", ("shift", "skip"))
+        ),
+        dst_overlap=cast(
+            Any, _choice(data.get("dst_overlap", "once"), f"{field}.dst_overlap", ("once", "twice"))
+        ),
+        start_at=start_at,
+    )
+    return spec
+
+
+def _instant(value: Any, field: str) -> datetime:
+    if isinstance(value, datetime):
+        moment = value
+    else:
+        text = _string(value, field, max_length=64)
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise _fail(field, f"is not an ISO-8601 instant: {text!r}") from exc
+    if moment.tzinfo is None:
+        raise _fail(field, "needs a UTC offset or Z")
+    return moment
+
+
+def _parse_headers(value: Any, field: str) -> tuple[tuple[str, str], ...]:
+    data = _mapping(value, field)
+    if len(data) > MAX_HEADERS:
+        raise _fail(field, f"has more than {MAX_HEADERS} headers")
+    headers = tuple((str(k), v) for k, v in data.items())
+    for name, header_value in headers:
+        if not isinstance(header_value, str):
+            raise _fail(f"{field}.{name}", "header values must be strings")
+    return headers
+
+
+def _parse_target(value: Any, field: str) -> Target:
+    data = _mapping(value, field)
+    kinds = [k for k in ("http", "kafka") if k in data]
+    if len(kinds) != 1 or len(data) != 1:
+        raise _fail(field, "needs exactly one of http or kafka")
+    if kinds[0] == "http":
+        http = _mapping(data["http"], f"{field}.http")
+        for key in http:
+            if key not in {"url", "method", "headers", "body", "timeout_seconds"}:
+                raise _fail(f"{field}.http.{key}", "is not an http target field")
+        body = http.get("body")
+        if body is not None and not isinstance(body, str):
+            body = json.dumps(body, separators=(",", ":"))
+        return HttpTarget(
+            url=_string(http.get("url"), f"{field}.http.url", max_length=MAX_URL_LENGTH),
+            method=_string(http.get("method", "POST"), f"{field}.http.method", max_length=16),
+            headers=_parse_headers(http.get("headers", {}), f"{field}.http.headers"),
+            body=body,
+            timeout=_seconds(http, "timeout_seconds", f"{field}.http.timeout_seconds", 30, 1, 900),
+        )
+    kafka = _mapping(data["kafka"], f"{field}.kafka")
+    for key in kafka:
+        if key not in {"topic", "key", "value"}:
+            raise _fail(f"{field}.kafka.{key}", "is not a kafka target field")
+    raw_value = kafka.get("value", "")
+    if not isinstance(raw_value, str):
+        raw_value = json.dumps(raw_value, separators=(",", ":"))
+    key_value = kafka.get("key")
+    return KafkaTarget(
+        topic=_string(kafka.get("topic"), f"{field}.kafka.topic", max_length=249),
+        value=raw_value,
+        key=None if key_value is None else _string(key_value, f"{field}.kafka.key"),
+    )
+
+
+def _parse_retry(value: Any, field: str) -> RetryPolicy:
+    data = _mapping(value, field)
+    for key in data:
+        if key not in {
+            "max_attempts",
+            "initial_interval_seconds",
+            "multiplier",
+            "max_interval_seconds",
+            "jitter",
+        }:
+            raise _fail(f"{field}.{key}", "is not a retry field")
+    default = RetryPolicy()
+    return RetryPolicy(
+        max_attempts=int(
+            _number(
+                data.get("max_attempts", default.max_attempts),
+                f"{field}.max_attempts",
+                low=1,
+                high=100,
+            )
+        ),
+        initial_interval=_seconds(
+            data,
+            "initial_interval_seconds",
+            f"{field}.initial_interval_seconds",
+            default.initial_interval.total_seconds(),
+            0.01,
+            86_400,
+        ),
+        multiplier=_number(
+            data.get("multiplier", default.multiplier),
+            f"{field}.multiplier",
+            low=1.0,
+            high=10.0,
+            integer=False,
+        ),
+        max_interval=_seconds(
+            data,
+            "max_interval_seconds",
+            f"{field}.max_interval_seconds",
+            default.max_interval.total_seconds(),
+            0.01,
+            7 * 86_400,
+        ),
+        jitter=_number(
+            data.get("jitter", default.jitter), f"{field}.jitter", low=0.0, high=1.0, integer=False
+        ),
+    )
+
+
+def default_target_service(target: Target) -> str:
+    """The throttling key when a job names none: the URL's host, or ``kafka:<topic>``."""
+    if isinstance(target, HttpTarget):
+        return (urlsplit(target.url).hostname or "unknown").lower()
+    return f"kafka:{target.topic}"
+
+
+def parse_job(data: Any, field: str = "job") -> JobDefinition:
+    """Turn one job object (from JSON or YAML) into a validated ``JobDefinition``."""
+    obj = _mapping(data, field)
+    for key in obj:
+        if key not in _KNOWN_KEYS:
+            raise _fail(f"{field}.{key}", "is not a job field")
+    job_id = obj.get("id", obj.get("job_id"))
+    target = _parse_target(obj.get("target"), f"{field}.target")
+    job = JobDefinition(
+        job_id=_string(job_id, f"{field}.id", max_length=200),
+        schedule=_parse_schedule(obj.get("schedule"), f"{field}.schedule"),
+        target=target,
+        target_service=_string(
+            obj.get("target_service", default_target_service(target)),
+            f"{field}.target_service",
+            max_length=200,
+        ),
+        tenant=_string(obj.get("tenant", "default"), f"{field}.tenant", max_length=63),
+        window=_seconds(obj, "window_seconds", f"{field}.window_seconds", 0, 0, 86_400),
+        catch_up=cast(
+            Any, _choice(obj.get("catch_up", "once"), f"{field}.catch_up", ("once", "all", "skip"))
+        ),
+        max_catch_up=int(
+            _number(obj.get("max_catch_up", 100), f"{field}.max_catch_up", low=1, high=10_000)
+        ),
+        overlap=cast(
+            Any,
+            _choice(
+                obj.get("overlap", "allow"), f"{field}.overlap", ("allow", "skip", "buffer_one")
+            ),
+        ),
+        retry=_parse_retry(obj.get("retry", {}), f"{field}.retry"),
+        lease=_seconds(obj, "lease_seconds", f"{field}.lease_seconds", 60, 1, 3600),
+        heartbeat_interval=_seconds(
+            obj, "heartbeat_seconds", f"{field}.heartbeat_seconds", 20, 0.1, 1200
+        ),
+        paused=bool(obj.get("paused", False)),
+        # 0 = "the stored version + 1", resolved when the job is written (CLI / API writes).
+        version=int(_number(obj["version"], f"{field}.version", low=1, high=2**62))
+        if "version" in obj
+        else 0,
+    )
+    return validate_job(job, field)
+
+
+def validate_job(job: JobDefinition, field: str = "job") -> JobDefinition:
+    """Semantic checks shared by files, the API and the jobs topic."""
+    if not JOB_ID_PATTERN.match(job.job_id):
+        raise _fail(
+            f"{field}.id", "use 1-200 characters from A-Z a-z 0-9 . _ - (first: letter or digit)"
+        )
+    if not TENANT_PATTERN.match(job.tenant):
+        raise _fail(
+            f"{field}.tenant", "use 1-63 characters from a-z 0-9 _ - (first: letter or digit)"
+        )
+    try:
+        compile_schedule(job.schedule)
+    except InvalidInput as exc:
+        raise _fail(f"{field}.schedule.{exc.field}", exc.reason) from exc
+    if job.heartbeat_interval >= job.lease:
+        raise _fail(f"{field}.heartbeat_seconds", "must be shorter than lease_seconds")
+    if job.retry.max_interval < job.retry.initial_interval:
+        raise _fail(
+            f"{field}.retry.max_interval_seconds",
+            "must not be shorter than initial_interval_seconds",
+        )
+    _validate_target(job.target, f"{field}.target")
+    return job
+
+
+def _validate_target(target: Target, field: str) -> None:
+    if isinstance(target, KafkaTarget):
+        if not TOPIC_PATTERN.match(target.topic):
+            raise _fail(f"{field}.kafka.topic", "use 1-249 characters from A-Z a-z 0-9 . _ -")
+        if len(target.value.encode("utf-8")) > MAX_BODY_BYTES:
+            raise _fail(f"{field}.kafka.value", f"is larger than {MAX_BODY_BYTES} bytes")
+        return
+    parts = urlsplit(target.url)
+    if parts.scheme not in ("http", "https"):
+        raise _fail(f"{field}.http.url", "must be an http:// or https:// URL")
+    if not parts.hostname:
+        raise _fail(f"{field}.http.url", "has no host")
+    if parts.username or parts.password:
+        raise _fail(f"{field}.http.url", "must not carry credentials (user@host)")
+    if len(target.url) > MAX_URL_LENGTH:
+        raise _fail(f"{field}.http.url", f"is longer than {MAX_URL_LENGTH} characters")
+    if target.method.upper() not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
+        raise _fail(f"{field}.http.method", "must be GET, POST, PUT, PATCH or DELETE")
+    if target.body is not None and len(target.body.encode("utf-8")) > MAX_BODY_BYTES:
+        raise _fail(f"{field}.http.body", f"is larger than {MAX_BODY_BYTES} bytes")
+    total = 0
+    for name, value in target.headers:
+        if not _HEADER_NAME.match(name):
+            raise _fail(f"{field}.http.headers", f"{name!r} is not a valid header name")
+        lowered = name.lower()
+        if lowered in _RESERVED_HEADERS or lowered.startswith("x-duetime-"):
+            raise _fail(
+                f"{field}.http.headers.{name}", "is set by duetime and cannot be overridden"
+            )
+        if any(ch in value for ch in "\r\n\x00"):
+            raise _fail(f"{field}.http.headers.{name}", "must not contain CR, LF or NUL")
+        total += len(name) + len(value)
+    if total > MAX_HEADER_BYTES:
+        raise _fail(f"{field}.http.headers", f"are larger than {MAX_HEADER_BYTES} bytes in total")
+
+
+def parse_jobs(document: Any) -> list[JobDefinition]:
+    """Accept one job object, a list of them, or ``{"jobs": [...]}``; refuse duplicates."""
+    if isinstance(document, Mapping) and "jobs" in document:
+        items, prefix = document["jobs"], "jobs"
+        if not isinstance(items, list):
+            raise _fail("jobs", "must be a list")
+    elif isinstance(document, list):
+        items, prefix = document, "jobs"
+    else:
+        items, prefix = [document], ""
+    jobs: list[JobDefinition] = []
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        field = f"{prefix}[{index}]" if prefix else "job"
+        job = parse_job(item, field)
+        if job.job_id in seen:
+            raise _fail(f"{field}.id", f"{job.job_id!r} appears twice in the file")
+        seen.add(job.job_id)
+        jobs.append(job)
+    if not jobs:
+        raise _fail("jobs", "the file defines no job")
+    return jobs
+
+
+def load_job_file(path: Path) -> list[JobDefinition]:
+    """Read a .json, .yaml or .yml file of job definitions."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput("file", f"cannot read {path}: {exc}") from exc
+    try:
+        document = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise InvalidInput(
+            "file",
+            f"{path} is not valid {path.suffix.lstrip('.') or 'YAML'}: {str(exc).splitlines()[0]}",
+        ) from exc
+    return parse_jobs(document)
+
+
+def with_version(job: JobDefinition, version: int) -> JobDefinition:
+    return replace(job, version=version)

@@ -1,0 +1,154 @@
+"""Row <-> domain conversions for the store (JSON target column, schedule columns)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from duetime.model import HttpTarget, JobDefinition, KafkaTarget, Target
+from duetime.schedule import RetryPolicy, ScheduleSpec
+from duetime.sharding import shard_for
+
+__all__ = [
+    "DueJob",
+    "ExpiredLease",
+    "OutboxRun",
+    "job_params",
+    "target_from_json",
+    "target_to_json",
+]
+
+
+def target_to_json(target: Target) -> str:
+    if isinstance(target, HttpTarget):
+        return json.dumps(
+            {
+                "http": {
+                    "url": target.url,
+                    "method": target.method,
+                    "headers": [[n, v] for n, v in target.headers],
+                    "body": target.body,
+                    "timeout_ms": int(target.timeout / timedelta(milliseconds=1)),
+                }
+            }
+        )
+    return json.dumps({"kafka": {"topic": target.topic, "key": target.key, "value": target.value}})
+
+
+def target_from_json(value: Any) -> Target:
+    data = json.loads(value) if isinstance(value, str) else value
+    if "http" in data:
+        h = data["http"]
+        return HttpTarget(
+            url=h["url"],
+            method=h["method"],
+            headers=tuple((n, v) for n, v in h["headers"]),
+            body=h["body"],
+            timeout=timedelta(milliseconds=h["timeout_ms"]),
+        )
+    k = data["kafka"]
+    return KafkaTarget(topic=k["topic"], key=k["key"], value=k["value"])
+
+
+def _ms(value: timedelta) -> int:
+    return int(value / timedelta(milliseconds=1))
+
+
+def job_params(job: JobDefinition, next_run_at: datetime | None) -> dict[str, Any]:
+    spec, retry = job.schedule, job.retry
+    return {
+        "job_id": job.job_id,
+        "tenant": job.tenant,
+        "shard_id": shard_for(job.job_id),
+        "schedule_kind": spec.kind,
+        "schedule_expr": spec.expression,
+        "time_zone": spec.time_zone,
+        "dst_gap": spec.dst_gap,
+        "dst_overlap": spec.dst_overlap,
+        "start_at": spec.start_at,
+        "window_ms": _ms(job.window),
+        "catch_up": job.catch_up,
+        "max_catch_up": job.max_catch_up,
+        "overlap": job.overlap,
+        "target": target_to_json(job.target),
+        "target_service": job.target_service,
+        "max_attempts": retry.max_attempts,
+        "retry_initial_ms": _ms(retry.initial_interval),
+        "retry_multiplier": retry.multiplier,
+        "retry_max_ms": _ms(retry.max_interval),
+        "retry_jitter": retry.jitter,
+        "lease_ms": _ms(job.lease),
+        "heartbeat_ms": _ms(job.heartbeat_interval),
+        "paused": job.paused,
+        "next_run_at": next_run_at,
+        "version": job.version,
+    }
+
+
+@dataclass(frozen=True)
+class DueJob:
+    """What the planner needs of a due job."""
+
+    job_id: str
+    tenant: str
+    schedule: ScheduleSpec
+    window: timedelta
+    catch_up: str
+    max_catch_up: int
+    target_service: str
+    max_attempts: int
+    next_run_at: datetime
+    last_scheduled_for: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> DueJob:
+        return cls(
+            job_id=row.job_id,
+            tenant=row.tenant,
+            schedule=ScheduleSpec(
+                kind=row.schedule_kind,
+                expression=row.schedule_expr,
+                time_zone=row.time_zone,
+                dst_gap=row.dst_gap,
+                dst_overlap=row.dst_overlap,
+                start_at=row.start_at,
+            ),
+            window=timedelta(milliseconds=row.window_ms),
+            catch_up=row.catch_up,
+            max_catch_up=row.max_catch_up,
+            target_service=row.target_service,
+            max_attempts=row.max_attempts,
+            next_run_at=row.next_run_at,
+            last_scheduled_for=row.last_scheduled_for,
+        )
+
+
+@dataclass(frozen=True)
+class OutboxRun:
+    """A scheduled run not yet acknowledged by the broker."""
+
+    run_id: uuid.UUID
+    job_id: str
+    tenant: str
+    target_service: str
+    scheduled_for: datetime
+    due_at: datetime
+    attempt: int
+    max_attempts: int
+    target: Target | None
+    lease: timedelta
+    heartbeat_interval: timedelta
+
+
+@dataclass(frozen=True)
+class ExpiredLease:
+    run_id: uuid.UUID
+    scheduled_for: datetime
+    attempt: int
+    max_attempts: int
+    lease_token: uuid.UUID
+    worker: str | None
+    retry: RetryPolicy

@@ -1,0 +1,298 @@
+"""The PostgreSQL store: one method per named query, driver errors translated here.
+
+``Store.tx()`` opens a transaction and yields a ``Tx`` whose methods run inside it, so a service
+can do "scan, insert runs, advance jobs" atomically. Standalone helpers open their own transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from duetime.errors import StoreError
+from duetime.model import JobDefinition
+from duetime.schedule import RetryPolicy
+
+from .engine import make_engine
+from .queries import query
+from .rows import DueJob, ExpiredLease, OutboxRun, job_params, target_from_json
+
+__all__ = ["Claim", "NewRun", "Store", "Tx"]
+
+
+@dataclass(frozen=True)
+class NewRun:
+    run_id: uuid.UUID
+    job_id: str
+    tenant: str
+    target_service: str
+    scheduled_for: datetime
+    due_at: datetime
+    max_attempts: int
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A successful claim: this worker holds ``lease_token`` for ``attempt`` until it expires."""
+
+    attempt: int
+    lease_token: uuid.UUID
+    lease_expires_at: datetime
+    claimed_at: datetime
+
+
+class Tx:
+    """Query methods bound to one open transaction."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def _rows(self, name: str, params: dict[str, Any] | None = None) -> Sequence[Any]:
+        return self.conn.execute(query(name), params or {}).all()
+
+    def _exec(self, name: str, params: dict[str, Any] | list[dict[str, Any]]) -> int:
+        return self.conn.execute(query(name), params).rowcount
+
+    def db_now(self) -> datetime:
+        now: datetime = self._rows("db_now")[0].now
+        return now
+
+    # jobs -----------------------------------------------------------------------------------
+    def jobs_upsert(self, job: JobDefinition, next_run_at: datetime | None) -> bool:
+        """True if stored; False if the stored version is the same or newer."""
+        return bool(self._rows("jobs_upsert", job_params(job, next_run_at)))
+
+    def jobs_get_version(self, job_id: str) -> int | None:
+        rows = self._rows("jobs_get_version", {"job_id": job_id})
+        return int(rows[0].version) if rows else None
+
+    def jobs_delete(self, job_id: str, version: int) -> bool:
+        return bool(self._rows("jobs_delete", {"job_id": job_id, "version": version}))
+
+    def jobs_get_due(self, shards: Sequence[int], horizon: datetime, limit: int) -> list[DueJob]:
+        rows = self._rows(
+            "jobs_get_due", {"shards": list(shards), "horizon": horizon, "limit": limit}
+        )
+        return [DueJob.from_row(r) for r in rows]
+
+    def jobs_advance(
+        self, job_id: str, next_run_at: datetime | None, last_scheduled_for: datetime | None
+    ) -> None:
+        self._exec(
+            "jobs_advance",
+            {
+                "job_id": job_id,
+                "next_run_at": next_run_at,
+                "last_scheduled_for": last_scheduled_for,
+            },
+        )
+
+    # runs -----------------------------------------------------------------------------------
+    def runs_insert(self, runs: Sequence[NewRun]) -> None:
+        if runs:
+            self._exec("runs_insert", [r.__dict__ for r in runs])
+
+    def runs_ensure_partition(self, day: date) -> None:
+        self._rows("runs_ensure_partition", {"day": day})
+
+    def runs_get_unpublished(self, horizon: datetime, limit: int) -> list[OutboxRun]:
+        rows = self._rows("runs_get_unpublished", {"horizon": horizon, "limit": limit})
+        return [
+            OutboxRun(
+                run_id=r.run_id,
+                job_id=r.job_id,
+                tenant=r.tenant,
+                target_service=r.target_service,
+                scheduled_for=r.scheduled_for,
+                due_at=r.due_at,
+                attempt=r.attempt,
+                max_attempts=r.max_attempts,
+                target=None if r.job_missing else target_from_json(r.target),
+                lease=timedelta(milliseconds=r.lease_ms or 60_000),
+                heartbeat_interval=timedelta(milliseconds=r.heartbeat_ms or 20_000),
+            )
+            for r in rows
+        ]
+
+    def runs_mark_published(self, keys: Sequence[tuple[uuid.UUID, datetime]]) -> None:
+        if keys:
+            self._exec(
+                "runs_mark_published",
+                [{"run_id": run_id, "scheduled_for": sf} for run_id, sf in keys],
+            )
+
+    def runs_cancel_orphan(self, run_id: uuid.UUID, scheduled_for: datetime) -> None:
+        self._exec("runs_cancel_orphan", {"run_id": run_id, "scheduled_for": scheduled_for})
+
+    def runs_sweep_unclaimed(self, grace: timedelta) -> int:
+        return self._exec("runs_sweep_unclaimed", {"grace_seconds": grace.total_seconds()})
+
+    def runs_get_expired(self, limit: int) -> list[ExpiredLease]:
+        return [
+            ExpiredLease(
+                run_id=r.run_id,
+                scheduled_for=r.scheduled_for,
+                attempt=r.attempt,
+                max_attempts=r.max_attempts,
+                lease_token=r.lease_token,
+                worker=r.worker,
+                retry=RetryPolicy(
+                    max_attempts=r.max_attempts,
+                    initial_interval=timedelta(milliseconds=r.retry_initial_ms),
+                    multiplier=r.retry_multiplier,
+                    max_interval=timedelta(milliseconds=r.retry_max_ms),
+                    jitter=r.retry_jitter,
+                ),
+            )
+            for r in self._rows("runs_get_expired", {"limit": limit})
+        ]
+
+    def runs_expire(
+        self, lease: ExpiredLease, state: str, retry_delay: timedelta, error: str
+    ) -> None:
+        self._exec(
+            "runs_expire",
+            {
+                "run_id": lease.run_id,
+                "scheduled_for": lease.scheduled_for,
+                "lease_token": lease.lease_token,
+                "state": state,
+                "retry_delay_ms": retry_delay / timedelta(milliseconds=1),
+                "error": error,
+            },
+        )
+
+    def runs_get_dead_unpublished(self, limit: int) -> Sequence[Any]:
+        return self._rows("runs_get_dead_unpublished", {"limit": limit})
+
+    def runs_mark_dead_published(self, run_id: uuid.UUID, scheduled_for: datetime) -> None:
+        self._exec("runs_mark_dead_published", {"run_id": run_id, "scheduled_for": scheduled_for})
+
+
+class Store:
+    """Owns the engine; ``tx()`` gives a transaction, the shortcuts below run one each."""
+
+    def __init__(self, database_url: str, *, pool_size: int = 5, application_name: str = "duetime"):
+        self.engine: Engine = make_engine(
+            database_url, pool_size=pool_size, application_name=application_name
+        )
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def tx(self) -> Iterator[Tx]:
+        try:
+            with self.engine.begin() as conn:
+                yield Tx(conn)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"database error: {exc.__class__.__name__}: {exc}") from exc
+
+    # Worker operations: each is one short transaction. -----------------------------------------
+    def runs_claim(
+        self,
+        run_id: uuid.UUID,
+        scheduled_for: datetime,
+        attempt: int,
+        worker: str,
+        lease: timedelta,
+    ) -> Claim | None:
+        with self.tx() as tx:
+            rows = tx._rows(
+                "runs_claim",
+                {
+                    "run_id": run_id,
+                    "scheduled_for": scheduled_for,
+                    "attempt": attempt,
+                    "worker": worker,
+                    "lease_seconds": lease.total_seconds(),
+                },
+            )
+        if not rows:
+            return None
+        r = rows[0]
+        return Claim(r.attempt, r.lease_token, r.lease_expires_at, r.claimed_at)
+
+    def runs_heartbeat(
+        self,
+        run_id: uuid.UUID,
+        scheduled_for: datetime,
+        lease_token: uuid.UUID,
+        lease: timedelta,
+        progress: str | None = None,
+    ) -> datetime | None:
+        """The new lease expiry, or None if the lease is no longer ours."""
+        with self.tx() as tx:
+            rows = tx._rows(
+                "runs_heartbeat",
+                {
+                    "run_id": run_id,
+                    "scheduled_for": scheduled_for,
+                    "lease_token": lease_token,
+                    "lease_seconds": lease.total_seconds(),
+                    "progress": progress,
+                },
+            )
+        return rows[0].lease_expires_at if rows else None
+
+    def runs_complete(
+        self,
+        *,
+        run_id: uuid.UUID,
+        scheduled_for: datetime,
+        attempt: int,
+        worker: str,
+        lease_token: uuid.UUID,
+        state: str,
+        outcome: str,
+        error: str | None = None,
+        status_code: int | None = None,
+        retry_delay: timedelta = timedelta(0),
+    ) -> bool:
+        """Fenced completion: True if accepted; False (and recorded) if the lease was lost."""
+        with self.tx() as tx:
+            rows = tx._rows(
+                "runs_complete",
+                {
+                    "run_id": run_id,
+                    "scheduled_for": scheduled_for,
+                    "lease_token": lease_token,
+                    "state": state,
+                    "outcome": outcome,
+                    "error": error,
+                    "status_code": status_code,
+                    "retry_delay_ms": retry_delay / timedelta(milliseconds=1),
+                },
+            )
+            if not rows:
+                tx._exec(
+                    "runs_record_fenced",
+                    {
+                        "run_id": run_id,
+                        "attempt": attempt,
+                        "worker": worker,
+                        "lease_token": lease_token,
+                        "outcome": outcome,
+                    },
+                )
+        return bool(rows)
+
+    # Read side for the CLI and tests. --------------------------------------------------------
+    def jobs_list(self, limit: int = 1000) -> Sequence[Any]:
+        with self.tx() as tx:
+            return tx._rows("jobs_list", {"limit": limit})
+
+    def runs_list(self, job_id: str | None = None, limit: int = 1000) -> Sequence[Any]:
+        with self.tx() as tx:
+            return tx._rows("runs_list", {"job_id": job_id, "limit": limit})
+
+    def run_attempts_list(self, run_id: uuid.UUID) -> Sequence[Any]:
+        with self.tx() as tx:
+            return tx._rows("run_attempts_list", {"run_id": run_id})

@@ -1,0 +1,295 @@
+"""A hierarchical timing wheel: hold many items until their due instant, release them in order.
+
+The dispatcher holds every run published ahead of its due time (up to 100M pending, spikes of 100k
+due in the same second) and must release each at its ``due_at``. A heap costs ``O(log n)`` per
+insert with a large constant; a hierarchical wheel (Varghese & Lauck; the Linux kernel timers;
+Kafka's purgatory) costs ``O(1)`` per insert and per cascade, and an idle wheel costs nothing.
+
+Layout. Time is cut into ticks of ``tick`` (10 ms by default), numbered from the Unix epoch so
+the wheel needs no origin. Level ``L`` has ``slots`` slots (256 by default), each covering
+``slots**L`` ticks; with four levels the wheel reaches ``256**4`` ticks (~497 days at 10 ms).
+An item goes to the lowest level whose span, counted from the current tick, still contains its
+due tick; anything further out waits in an overflow heap. When the current tick enters a slot's
+span, the slot *cascades*: its items are re-inserted one level lower, until they reach level 0
+and, at their tick, the ready heap.
+
+Exactness. Slots only know ticks, so an item whose tick has come moves to a small ready heap
+ordered by its exact ``due_at``; ``advance(now)`` releases from it only what is due at ``now``.
+So an item is never released before its due instant, and is released by the first ``advance``
+at or after it, whatever the tick size.
+
+The wheel is pure: it never reads a clock. Callers pass ``now`` (aware datetimes). Time must not
+go backwards; if a caller's ``now`` does, the wheel keeps the latest ``now`` it has seen.
+
+Keys de-duplicate: adding a key already held is a no-op, which is how the dispatcher drops a
+second copy of the same ``(run_id, attempt)``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Generic, TypeVar
+
+__all__ = ["TimingWheel"]
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _to_us(instant: datetime) -> int:
+    if instant.tzinfo is None:
+        raise ValueError("the timing wheel needs aware datetimes (UTC), not naive ones")
+    return (instant - _EPOCH) // _MICROSECOND
+
+
+def _from_us(micros: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+@dataclass(eq=False, slots=True)
+class _Entry(Generic[K, V]):
+    key: K
+    due_us: int
+    tick: int
+    seq: int
+    item: V
+    # The slot (a dict keyed by key) holding the entry, so remove() is O(1); None when the entry
+    # sits in the ready or overflow heap, where removal is lazy (the ``removed`` flag).
+    slot: dict[K, _Entry[K, V]] | None = None
+    level: int = -1
+    removed: bool = False
+
+
+@dataclass(slots=True)
+class _Level(Generic[K, V]):
+    slots: list[dict[K, _Entry[K, V]]]
+    # Bit i set <=> slots[i] is not empty: finding the next busy slot is a few integer operations
+    # instead of a scan, which keeps long idle stretches cheap to skip.
+    occupied: int = 0
+    count: int = field(default=0)
+
+
+class TimingWheel(Generic[K, V]):
+    """Items keyed by ``K``, each with a due instant, released by :meth:`advance` in due order.
+
+    Args:
+        start_at: the instant the wheel starts at; items due at or before it are already due.
+        tick: the resolution of the slots. It bounds the work per advance, not the precision:
+            release is exact to the microsecond.
+        slots: slots per level, a power of two.
+        levels: how many levels before the overflow heap.
+    """
+
+    def __init__(
+        self,
+        start_at: datetime,
+        *,
+        tick: timedelta = timedelta(milliseconds=10),
+        slots: int = 256,
+        levels: int = 4,
+    ) -> None:
+        if slots < 2 or slots & (slots - 1):
+            raise ValueError("slots must be a power of two and at least 2")
+        if levels < 1:
+            raise ValueError("levels must be at least 1")
+        self._tick_us = tick // _MICROSECOND
+        if self._tick_us < 1:
+            raise ValueError("tick must be at least one microsecond")
+        self._bits = slots.bit_length() - 1
+        self._mask = slots - 1
+        self._levels: list[_Level[K, V]] = [
+            _Level([{} for _ in range(slots)]) for _ in range(levels)
+        ]
+        self._now_us = _to_us(start_at)
+        self._current = self._now_us // self._tick_us
+        self._index: dict[K, _Entry[K, V]] = {}
+        # (due_us, seq, entry): exact order among items whose tick has come.
+        self._ready: list[tuple[int, int, _Entry[K, V]]] = []
+        # (tick, seq, entry): items beyond the top level's reach.
+        self._overflow: list[tuple[int, int, _Entry[K, V]]] = []
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._index
+
+    def __iter__(self) -> Iterator[K]:
+        """The keys held, in no particular order."""
+        return iter(list(self._index))
+
+    def get(self, key: K) -> V | None:
+        entry = self._index.get(key)
+        return None if entry is None else entry.item
+
+    def add(self, key: K, due_at: datetime, item: V) -> bool:
+        """Hold ``item`` until ``due_at``. Returns False (and changes nothing) if ``key`` is held.
+
+        An item already due (``due_at`` at or before the last ``now``) is released by the next
+        :meth:`advance`.
+        """
+        if key in self._index:
+            return False
+        due_us = _to_us(due_at)
+        self._seq += 1
+        entry = _Entry(key, due_us, due_us // self._tick_us, self._seq, item)
+        self._index[key] = entry
+        self._place(entry)
+        return True
+
+    def remove(self, key: K) -> V | None:
+        """Stop holding ``key``; returns its item, or None if it was not held."""
+        entry = self._index.pop(key, None)
+        if entry is None:
+            return None
+        entry.removed = True
+        if entry.slot is not None:
+            del entry.slot[key]
+            self._note_taken(entry.level, entry.slot, entry.tick)
+            entry.slot = None
+        return entry.item
+
+    def next_due(self) -> datetime | None:
+        """When :meth:`advance` can next release something, or None if the wheel is empty.
+
+        Never later than the earliest ``due_at`` held, so sleeping until it never oversleeps. It
+        is exact for items whose tick has come; for the others it is the start of the tick (or
+        of the slot's span) that holds the earliest, because finding the exact instant would
+        mean scanning a slot that may hold a whole spike.
+        """
+        if not self._index:
+            return None
+        self._drop_removed_ready()
+        if self._ready:
+            return _from_us(self._ready[0][0])
+        event = self._next_event_tick()
+        if event is None:  # only removed entries were left in the overflow heap
+            return None
+        return _from_us(event * self._tick_us)
+
+    def advance(self, now: datetime) -> list[V]:
+        """Release every item due at or before ``now``, in order of due instant (ties: in order
+        of addition), and stop holding them."""
+        now_us = _to_us(now)
+        if now_us > self._now_us:
+            self._now_us = now_us
+        target = self._now_us // self._tick_us
+        while self._current < target:
+            event = self._next_event_tick()
+            if event is None or event > target:
+                self._current = target
+                break
+            self._current = event
+            self._arrive()
+        return self._release(self._now_us)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _place(self, entry: _Entry[K, V]) -> None:
+        """Put ``entry`` at the lowest level whose span from the current tick contains it."""
+        tick, current, bits = entry.tick, self._current, self._bits
+        if tick <= current:
+            entry.slot, entry.level = None, -1
+            heapq.heappush(self._ready, (entry.due_us, entry.seq, entry))
+            return
+        for number, level in enumerate(self._levels):
+            shift = bits * (number + 1)
+            if tick >> shift == current >> shift:
+                index = (tick >> (bits * number)) & self._mask
+                slot = level.slots[index]
+                slot[entry.key] = entry
+                entry.slot, entry.level = slot, number
+                level.occupied |= 1 << index
+                level.count += 1
+                return
+        entry.slot, entry.level = None, -1
+        heapq.heappush(self._overflow, (tick, entry.seq, entry))
+
+    def _note_taken(self, number: int, slot: dict[K, _Entry[K, V]], tick: int) -> None:
+        level = self._levels[number]
+        level.count -= 1
+        if not slot:
+            index = (tick >> (self._bits * number)) & self._mask
+            level.occupied &= ~(1 << index)
+
+    def _next_event_tick(self) -> int | None:
+        """The first tick after the current one at which a slot cascades or drains."""
+        current, bits = self._current, self._bits
+        best: int | None = None
+        for number, level in enumerate(self._levels):
+            if not level.occupied:
+                continue
+            index = (current >> (bits * number)) & self._mask
+            above = level.occupied >> (index + 1)
+            if not above:
+                continue
+            slot = index + 1 + ((above & -above).bit_length() - 1)
+            span = bits * (number + 1)
+            start = ((current >> span) << span) | (slot << (bits * number))
+            if best is None or start < best:
+                best = start
+            # Lower levels hold earlier ticks than higher ones, so the first busy level decides.
+            break
+        while self._overflow and self._overflow[0][2].removed:
+            heapq.heappop(self._overflow)
+        if self._overflow and best is None:
+            top = bits * len(self._levels)
+            best = current + 1 + 0 * top
+        return best
+
+    def _arrive(self) -> None:
+        """The current tick just moved: cascade the spans that start here, drain level 0."""
+        current, bits = self._current, self._bits
+        top = bits * len(self._levels)
+        if current & ((1 << top) - 1) == 0:
+            while self._overflow and self._overflow[0][0] >> top <= current >> top:
+                entry = heapq.heappop(self._overflow)[2]
+                if not entry.removed:
+                    self._place(entry)
+        for number in range(len(self._levels) - 1, -1, -1):
+            shift = bits * number
+            if current & ((1 << shift) - 1):
+                continue
+            level = self._levels[number]
+            index = (current >> shift) & self._mask
+            slot = level.slots[index]
+            if not slot:
+                continue
+            entries = list(slot.values())
+            slot.clear()
+            level.count -= len(entries)
+            level.occupied &= ~(1 << index)
+            for entry in entries:
+                self._place(entry)
+
+    def _drop_removed_ready(self) -> None:
+        while self._ready and self._ready[0][2].removed:
+            heapq.heappop(self._ready)
+
+    def _release(self, now_us: int) -> list[V]:
+        ready = self._ready
+        released: list[V] = []
+        # A spike lands whole in the ready heap; when all of it is due, one sort is much cheaper
+        # than popping the heap item by item.
+        if ready and max(due for due, _, _ in ready) <= now_us:
+            ready.sort()
+            entries = [entry for _, _, entry in ready if not entry.removed]
+            ready.clear()
+        else:
+            entries = []
+            while ready and ready[0][0] <= now_us:
+                entry = heapq.heappop(ready)[2]
+                if not entry.removed:
+                    entries.append(entry)
+        for entry in entries:
+            del self._index[entry.key]
+            entry.removed = True
+            released.append(entry.item)
+        return released

@@ -1,0 +1,3 @@
+from duetime_planner.service import main
+
+raise SystemExit(main())

@@ -1,0 +1,3 @@
+from duetime_reaper.service import main
+
+raise SystemExit(main())

@@ -1,0 +1,18 @@
+"""Reaper settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+__all__ = ["ReaperConfig"]
+
+
+@dataclass(frozen=True)
+class ReaperConfig:
+    tick_interval: timedelta = timedelta(milliseconds=500)
+    batch_size: int = 500
+    publish_timeout: timedelta = timedelta(seconds=10)
+    # POSTed a JSON body for every dead run, in addition to the log line and the dead topic.
+    alert_webhook: str | None = None
+    alert_timeout: timedelta = timedelta(seconds=5)

@@ -1,0 +1,119 @@
+"""All four services as real processes on the test stack; one database and topic prefix each."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from duetime.config import Settings
+from duetime.jobdef import parse_jobs
+from duetime.store import Store
+from duetime.store.jobs import jobs_apply
+
+T = TypeVar("T")
+SERVICE_ARGS = {
+    "planner": ["--lookahead", "5", "--tick", "0.2"],
+    "dispatcher": [],
+    "worker": [],
+    "reaper": ["--tick", "0.2"],
+}
+
+
+class Pipeline:
+    def __init__(self, database_url: str, kafka_bootstrap: str, log_dir: Path) -> None:
+        self.prefix = f"t{uuid.uuid4().hex[:8]}."
+        self.settings = Settings(
+            database_url=database_url, kafka_bootstrap=kafka_bootstrap, topic_prefix=self.prefix
+        )
+        self.env = {
+            **os.environ,
+            "DUETIME_DATABASE_URL": database_url,
+            "DUETIME_KAFKA_BOOTSTRAP": kafka_bootstrap,
+            "DUETIME_TOPIC_PREFIX": self.prefix,
+            "DUETIME_ALLOW_PRIVATE_TARGETS": "1",
+            "DUETIME_DATA_DIR": str(log_dir / "data"),
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.log_dir = log_dir
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.store = Store(database_url, pool_size=2, application_name="duetime-test")
+
+    def start(self, name: str) -> subprocess.Popen[bytes]:
+        log = (self.log_dir / f"{name}.log").open("ab")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "duetime.cli.main", "service", name, *SERVICE_ARGS[name]],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.processes[name] = process
+        return process
+
+    def kill(self, name: str) -> None:
+        process = self.processes.pop(name)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+
+    def stop_all(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for name, process in list(self.processes.items()):
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(5)
+            self.processes.pop(name)
+        self.store.close()
+
+    def apply(self, jobs: list[dict[str, Any]]) -> None:
+        with self.store.tx() as tx:
+            jobs_apply(tx, parse_jobs(jobs))
+
+    def sql(self, statement: str, **params: Any) -> list[Any]:
+        from sqlalchemy import text
+
+        with self.store.engine.begin() as conn:
+            result = conn.execute(text(statement), params)
+            return list(result.all()) if result.returns_rows else []
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name} ---\n" + p.read_text(errors="replace")[-6000:]
+            for p in sorted(self.log_dir.glob("*.log"))
+        )
+
+    def wait_until(self, what: str, probe: Callable[[], T | None], timeout: float) -> T:
+        deadline = time.monotonic() + timeout
+        while True:
+            value = probe()
+            if value:
+                return value
+            for name, process in self.processes.items():
+                if process.poll() is not None:
+                    pytest.fail(f"{name} exited with {process.returncode}\n{self.logs()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out waiting for {what}\n{self.logs()}")
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def pipeline(database_url: str, stack: Any, tmp_path: Path) -> Iterator[Pipeline]:
+    p = Pipeline(database_url, stack.kafka_bootstrap, tmp_path)
+    for name in SERVICE_ARGS:
+        p.start(name)
+    try:
+        yield p
+    finally:
+        p.stop_all()
