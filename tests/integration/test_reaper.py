@@ -87,7 +87,10 @@ def test_expired_lease_is_retried_then_dead_and_published(database_url: str, sta
         ).all()
         fenced = conn.execute(text("SELECT count(*) FROM run_fenced_completions")).scalar()
     assert row.state == "dead" and row.dead_published_at is not None
-    assert [(a.attempt, a.outcome) for a in attempts] == [(1, "lease_expired"), (2, "lease_expired")]
+    assert [(a.attempt, a.outcome) for a in attempts] == [
+        (1, "lease_expired"),
+        (2, "lease_expired"),
+    ]
     assert fenced == 1
     assert reaper.run_once().dead_published == 0  # published once only
 

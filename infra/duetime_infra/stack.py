@@ -1,0 +1,355 @@
+"""The embedded stack: PostgreSQL, a Kafka-protocol broker and etcd on loopback, as one unit.
+
+``up()`` is idempotent: servers that already run (found through ``stack.json`` and verified by
+pid *and* start time) are reused, stale records from a crash are dropped, and only what is
+missing is started. All missing servers are spawned first and waited on together, so the slow
+ones overlap. Any component can be an external server instead: when its URL is set in the
+environment (``DUETIME_DATABASE_URL``, ``DUETIME_KAFKA_BOOTSTRAP``, ``DUETIME_ETCD_ENDPOINTS``),
+it is health-checked and passed through, never started or stopped.
+
+Files under the data dir: ``stack.json`` (pids, ports), ``stack.env`` (the URLs, read by
+``duetime.config.load_settings``), ``logs/<component>.log``, ``postgres/``, ``etcd/``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from duetime.config import STACK_ENV_FILE, write_env_file
+from duetime.errors import DuetimeError, StackError
+from duetime.logs import event
+from duetime_infra.component import DEFAULT_START_TIMEOUT, Component
+from duetime_infra.etcd import EtcdServer
+from duetime_infra.health import probe_etcd, probe_kafka, probe_postgres
+from duetime_infra.kafka import KafkaBroker
+from duetime_infra.ports import find_free_port, port_is_free
+from duetime_infra.postgres import PostgresServer
+from duetime_infra.processes import is_running
+from duetime_infra.state import ComponentRecord, StateFile
+
+__all__ = ["COMPONENTS", "ENV_KEYS", "ComponentStatus", "EmbeddedStack", "StackUrls"]
+
+COMPONENTS = ("postgres", "kafka", "etcd")
+#: The environment variable that points each component at an external server.
+ENV_KEYS = {
+    "postgres": "DUETIME_DATABASE_URL",
+    "kafka": "DUETIME_KAFKA_BOOTSTRAP",
+    "etcd": "DUETIME_ETCD_ENDPOINTS",
+}
+_PROBES: dict[str, Callable[[str, float], bool]] = {
+    "postgres": probe_postgres,
+    "kafka": probe_kafka,
+    "etcd": probe_etcd,
+}
+_EXTERNAL_WAIT = 10.0
+# Where the store's ``apply_migrations(database_url) -> list[str]`` may live, first match wins.
+_C = TypeVar("_C", bound=Component)
+
+_logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StackUrls:
+    """Where each component listens; empty for a component the stack does not include."""
+
+    database_url: str
+    kafka_bootstrap: str
+    etcd_endpoints: str
+
+    def as_env(self) -> dict[str, str]:
+        """The non-empty URLs under their ``DUETIME_*`` names, as ``stack.env`` holds them."""
+        values = {
+            ENV_KEYS["postgres"]: self.database_url,
+            ENV_KEYS["kafka"]: self.kafka_bootstrap,
+            ENV_KEYS["etcd"]: self.etcd_endpoints,
+        }
+        return {key: value for key, value in values.items() if value}
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    name: str
+    url: str
+    pid: int | None  # None for an external server or one that is not running
+    healthy: bool
+    external: bool
+
+
+class EmbeddedStack:
+    """Start, reuse, check and stop the stack kept in ``data_dir``."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        components: Collection[str] = COMPONENTS,
+        env: Mapping[str, str] | None = None,
+        migrate: bool = True,
+        durable: bool = True,
+        postgres_settings: Mapping[str, str] | None = None,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
+    ) -> None:
+        """Args:
+        data_dir: where pids, ports, logs and server data live (created if missing).
+        components: which of ``COMPONENTS`` this stack manages or checks.
+        env: environment to read external URLs from and to pass to servers (``os.environ``).
+        migrate: apply the schema migrations after PostgreSQL is up.
+        durable: False trades crash safety for speed (no fsync in PostgreSQL and etcd); for
+            test sessions, whose data is thrown away anyway.
+        postgres_settings: extra PostgreSQL server settings (``-c name=value``).
+        start_timeout: seconds each server may take to become healthy.
+        """
+        unknown = set(components) - set(COMPONENTS)
+        if unknown:
+            raise ValueError(f"unknown stack components: {sorted(unknown)}")
+        self.data_dir = Path(data_dir).absolute()
+        self.components = tuple(name for name in COMPONENTS if name in components)
+        self._env = dict(os.environ if env is None else env)
+        self._migrate = migrate
+        self._durable = durable
+        self._postgres_settings = dict(postgres_settings or {})
+        self._start_timeout = start_timeout
+        self._state = StateFile(self.data_dir)
+        self._external = {
+            name: self._env[ENV_KEYS[name]]
+            for name in self.components
+            if self._env.get(ENV_KEYS[name])
+        }
+        records = self._state.load()
+        self._components: dict[str, Component] = {
+            name: self._make(name, records.get(name))
+            for name in self.components
+            if name not in self._external
+        }
+
+    # Component objects -----------------------------------------------------------------
+
+    @property
+    def postgres(self) -> PostgresServer:
+        return self._typed("postgres", PostgresServer)
+
+    @property
+    def kafka(self) -> KafkaBroker:
+        return self._typed("kafka", KafkaBroker)
+
+    @property
+    def etcd(self) -> EtcdServer:
+        return self._typed("etcd", EtcdServer)
+
+    def _typed(self, name: str, kind: type[_C]) -> _C:
+        component = self._components.get(name)
+        if not isinstance(component, kind):
+            raise StackError(f"{name} is not managed by this stack (external or not included)")
+        return component
+
+    def _make(self, name: str, record: ComponentRecord | None) -> Component:
+        """Build the component object, reusing the recorded ports (and process, if alive)."""
+        alive = record is not None and record.process is not None and is_running(record.process)
+        if record is not None and record.process is not None and not alive:
+            event(_logger, "stack.stale_record", component=name, pid=record.process.pid)
+
+        def port(recorded: int | None) -> int:
+            if recorded is not None and (alive or port_is_free(recorded)):
+                return recorded
+            return find_free_port()
+
+        main_port = port(None if record is None else record.port)
+        aux = {} if record is None else dict(record.aux_ports)
+        component: Component
+        if name == "postgres":
+            component = PostgresServer(
+                self.data_dir,
+                port=main_port,
+                durable=self._durable,
+                settings=self._postgres_settings,
+                env=self._env,
+                on_change=self._on_change,
+            )
+        elif name == "kafka":
+            component = KafkaBroker(
+                self.data_dir, port=main_port, env=self._env, on_change=self._on_change
+            )
+        else:
+            component = EtcdServer(
+                self.data_dir,
+                port=main_port,
+                peer_port=port(aux.get("peer")),
+                durable=self._durable,
+                env=self._env,
+                on_change=self._on_change,
+            )
+        if alive and record is not None and record.process is not None:
+            component.adopt(record.process)
+        return component
+
+    def _refresh(self) -> None:
+        """Pick up servers another process started since this object was made."""
+        records = self._state.load()
+        for name, component in list(self._components.items()):
+            record = records.get(name)
+            if component.running() or record is None or record.process is None:
+                continue
+            if is_running(record.process):
+                self._components[name] = self._make(name, record)
+
+    def _on_change(self, _component: Component) -> None:
+        self._persist()
+
+    def _persist(self) -> None:
+        records = self._state.load()
+        for name, url in self._external.items():
+            records[name] = ComponentRecord(url=url, external=True)
+        for name, component in self._components.items():
+            on_disk = records.get(name)
+            if (
+                component.record is None
+                and on_disk is not None
+                and on_disk.process is not None
+                and is_running(on_disk.process)
+            ):
+                # A live server another stack object started: not ours to forget.
+                continue
+            records[name] = ComponentRecord(
+                url=component.url,
+                port=component.port,
+                aux_ports=component.aux_ports(),
+                process=component.record,
+            )
+        self._state.save(records)
+
+    # Public operations -----------------------------------------------------------------
+
+    def urls(self) -> StackUrls:
+        """The URLs clients should use (external ones as given)."""
+
+        def url(name: str) -> str:
+            if name in self._external:
+                return self._external[name]
+            if name in self._components:
+                return self._components[name].url
+            return self._env.get(ENV_KEYS[name], "")
+
+        return StackUrls(url("postgres"), url("kafka"), url("etcd"))
+
+    def up(self) -> StackUrls:
+        """Make every component healthy, apply migrations, write ``stack.env``; idempotent."""
+        began = time.monotonic()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with self._state.locked():
+            self._refresh()
+            for name, url in self._external.items():
+                self._check_external(name, url)
+            self._start_managed()
+            self._persist()
+            urls = self.urls()
+            if self._migrate and "postgres" in self.components:
+                self._apply_migrations(urls.database_url)
+            write_env_file(self.data_dir / STACK_ENV_FILE, urls.as_env())
+        event(
+            _logger,
+            "stack.up",
+            data_dir=self.data_dir,
+            elapsed_s=f"{time.monotonic() - began:.2f}",
+        )
+        return urls
+
+    def _start_managed(self) -> None:
+        spawned: list[Component] = []
+        waiting: list[Component] = []
+        try:
+            for component in self._components.values():
+                if component.running():
+                    if component.healthy():
+                        event(
+                            _logger,
+                            "stack.component_reused",
+                            component=component.name,
+                            pid=component.pid,
+                        )
+                        continue
+                    waiting.append(component)  # alive but not answering yet (e.g. recovery)
+                    continue
+                component.spawn()
+                spawned.append(component)
+                waiting.append(component)
+            for component in waiting:
+                component.wait_healthy(self._start_timeout)
+        except BaseException:
+            # Leave nothing half-started behind; what already ran before this call stays up.
+            for component in reversed(spawned):
+                component.stop()
+            raise
+
+    def _check_external(self, name: str, url: str) -> None:
+        deadline = time.monotonic() + min(self._start_timeout, _EXTERNAL_WAIT)
+        while not _PROBES[name](url, 2.0):
+            if time.monotonic() >= deadline:
+                raise StackError(f"external {name} at {url} ({ENV_KEYS[name]}) is not healthy")
+            time.sleep(0.2)
+        event(_logger, "stack.external_used", component=name, url=url)
+
+    def _apply_migrations(self, database_url: str) -> None:
+        # Imported here: starting a stack without migrating must not pay for SQLAlchemy.
+        from duetime.store.migrate import apply_migrations
+
+        try:
+            applied = apply_migrations(database_url)
+        except DuetimeError:
+            raise
+        except Exception as exc:
+            raise StackError(f"applying migrations failed: {exc}") from exc
+        event(
+            _logger,
+            "stack.migrations_applied",
+            count=len(applied),
+            versions=",".join(applied) or "-",
+        )
+
+    def down(self) -> None:
+        """Stop every server this stack started (by verified pid); idempotent."""
+        began = time.monotonic()
+        with self._state.locked():
+            self._refresh()
+            for component in reversed(self._components.values()):
+                component.stop()
+            self._persist()
+            (self.data_dir / STACK_ENV_FILE).unlink(missing_ok=True)
+        event(
+            _logger,
+            "stack.down",
+            data_dir=self.data_dir,
+            elapsed_s=f"{time.monotonic() - began:.2f}",
+        )
+
+    def status(self) -> list[ComponentStatus]:
+        """Each component's pid, URL and a live health probe."""
+        self._refresh()
+        records = self._state.load()
+        statuses = []
+        for name in self.components:
+            record = records.get(name)
+            external_url = self._external.get(name)
+            managed = self._components.get(name)
+            if (
+                external_url is None
+                and record is not None
+                and record.external
+                and (managed is None or not managed.running())
+            ):
+                # Brought up against an external server from a shell with the URL set.
+                external_url = record.url
+            if external_url is not None or managed is None:
+                url = external_url or ""
+                healthy = bool(url) and _PROBES[name](url, 2.0)
+                statuses.append(ComponentStatus(name, url, None, healthy, True))
+                continue
+            # A component never started here has no URL yet: its port is only a candidate.
+            url = managed.url if record is not None or managed.running() else ""
+            statuses.append(ComponentStatus(name, url, managed.pid, managed.healthy(), False))
+        return statuses
