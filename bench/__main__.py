@@ -1,0 +1,22 @@
+"""``python -m bench``: run every benchmark module (bench/bench_*.py); each writes its report."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+
+def main() -> int:
+    names = sorted(p.stem for p in Path(__file__).parent.glob("bench_*.py"))
+    wanted = set(sys.argv[1:])
+    for name in names:
+        if wanted and name not in wanted:
+            continue
+        print(f"== {name}", flush=True)
+        importlib.import_module(f"bench.{name}").main()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
