@@ -125,3 +125,4 @@ class RunEvent:
     target: Target
     lease: timedelta
     heartbeat_interval: timedelta
+    retry: RetryPolicy = field(default_factory=RetryPolicy)

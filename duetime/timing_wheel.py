@@ -241,7 +241,7 @@ class TimingWheel(Generic[K, V]):
             heapq.heappop(self._overflow)
         if self._overflow and best is None:
             top = bits * len(self._levels)
-            best = current + 1 + 0 * top
+            best = max(current + 1, (self._overflow[0][0] >> top) << top)
         return best
 
     def _arrive(self) -> None:

@@ -88,5 +88,5 @@ class AvroCodec(Generic[T]):
             return self._from_record(record)
         except CodecError:
             raise
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             raise CodecError(f"{self.name}: {exc}") from exc

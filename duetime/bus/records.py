@@ -185,6 +185,12 @@ def _run_to(run: RunEvent) -> dict[str, Any]:
         "target": _target_to(run.target),
         "lease_ms": _ms(run.lease),
         "heartbeat_ms": _ms(run.heartbeat_interval),
+        "retry": {
+            "initial_interval_ms": _ms(run.retry.initial_interval),
+            "multiplier": run.retry.multiplier,
+            "max_interval_ms": _ms(run.retry.max_interval),
+            "jitter": run.retry.jitter,
+        },
     }
 
 
@@ -201,6 +207,13 @@ def _run_from(r: dict[str, Any]) -> RunEvent:
         target=_target_from(r["target"]),
         lease=timedelta(milliseconds=r["lease_ms"]),
         heartbeat_interval=timedelta(milliseconds=r["heartbeat_ms"]),
+        retry=RetryPolicy(
+            max_attempts=r["max_attempts"],
+            initial_interval=timedelta(milliseconds=r["retry"]["initial_interval_ms"]),
+            multiplier=r["retry"]["multiplier"],
+            max_interval=timedelta(milliseconds=r["retry"]["max_interval_ms"]),
+            jitter=r["retry"]["jitter"],
+        ),
     )
 
 

@@ -141,6 +141,7 @@ class OutboxRun:
     target: Target | None
     lease: timedelta
     heartbeat_interval: timedelta
+    retry: RetryPolicy
 
 
 @dataclass(frozen=True)

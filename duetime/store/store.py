@@ -48,6 +48,19 @@ class Claim:
     claimed_at: datetime
 
 
+def _retry_policy(row: Any, max_attempts: int) -> RetryPolicy:
+    """The job's backoff from its row; the defaults when the job is gone."""
+    if row.retry_initial_ms is None:
+        return RetryPolicy(max_attempts=max_attempts)
+    return RetryPolicy(
+        max_attempts=max_attempts,
+        initial_interval=timedelta(milliseconds=row.retry_initial_ms),
+        multiplier=row.retry_multiplier,
+        max_interval=timedelta(milliseconds=row.retry_max_ms),
+        jitter=row.retry_jitter,
+    )
+
+
 class Tx:
     """Query methods bound to one open transaction."""
 
@@ -117,6 +130,7 @@ class Tx:
                 target=None if r.job_missing else target_from_json(r.target),
                 lease=timedelta(milliseconds=r.lease_ms or 60_000),
                 heartbeat_interval=timedelta(milliseconds=r.heartbeat_ms or 20_000),
+                retry=_retry_policy(r, r.max_attempts),
             )
             for r in rows
         ]
@@ -143,13 +157,7 @@ class Tx:
                 max_attempts=r.max_attempts,
                 lease_token=r.lease_token,
                 worker=r.worker,
-                retry=RetryPolicy(
-                    max_attempts=r.max_attempts,
-                    initial_interval=timedelta(milliseconds=r.retry_initial_ms),
-                    multiplier=r.retry_multiplier,
-                    max_interval=timedelta(milliseconds=r.retry_max_ms),
-                    jitter=r.retry_jitter,
-                ),
+                retry=_retry_policy(r, r.max_attempts),
             )
             for r in self._rows("runs_get_expired", {"limit": limit})
         ]

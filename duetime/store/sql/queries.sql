@@ -84,7 +84,8 @@ SELECT duetime_ensure_runs_partition(CAST(:day AS date));
 -- name: runs_get_unpublished
 -- The outbox: scheduled runs the broker has not acknowledged, due within the horizon.
 SELECT r.run_id, r.job_id, r.tenant, r.target_service, r.scheduled_for, r.due_at, r.attempt,
-       r.max_attempts, j.target, j.lease_ms, j.heartbeat_ms, (j.job_id IS NULL) AS job_missing
+       r.max_attempts, j.target, j.lease_ms, j.heartbeat_ms, j.retry_initial_ms, j.retry_multiplier,
+       j.retry_max_ms, j.retry_jitter, (j.job_id IS NULL) AS job_missing
 FROM runs r LEFT JOIN jobs j ON j.job_id = r.job_id
 WHERE r.state = 'scheduled' AND r.published_at IS NULL AND r.due_at <= :horizon
 ORDER BY r.due_at

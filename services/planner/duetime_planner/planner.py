@@ -168,6 +168,7 @@ class Planner:
                     target=row.target,
                     lease=row.lease,
                     heartbeat_interval=row.heartbeat_interval,
+                    retry=row.retry,
                 )
                 tracker.produce(
                     (row.run_id, row.scheduled_for),

@@ -1,0 +1,117 @@
+"""The worker's settings: a frozen config with defaults, validation, and the environment names.
+
+Environment (command-line options override them):
+
+========================================  ==============================================
+``DUETIME_WORKER_ID``                     worker name in leases and logs (hostname-pid)
+``DUETIME_WORKER_CONCURRENCY``            execution slots (16)
+``DUETIME_ALLOW_PRIVATE_TARGETS``         ``1`` lets HTTP targets reach private addresses
+``DUETIME_WORKER_SHUTDOWN_GRACE``         seconds in-flight attempts get at shutdown (10)
+========================================  ==============================================
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from importlib.metadata import PackageNotFoundError, version
+
+from duetime.errors import ConfigError
+
+__all__ = ["GROUP_ID", "WorkerConfig", "default_worker_id", "user_agent"]
+
+GROUP_ID = "duetime-workers"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def user_agent() -> str:
+    try:
+        release = version("duetime")
+    except PackageNotFoundError:
+        release = "0+unknown"
+    return f"duetime-worker/{release}"
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything the worker service needs besides the shared infrastructure settings.
+
+    Attributes:
+        worker_id: Recorded on leases and attempts; unique per process.
+        concurrency: Attempts executing at once; the consumer takes no more than this.
+        allow_private_targets: Let HTTP targets reach loopback/private/link-local addresses.
+            Off in production (SSRF); the local demo turns it on for its 127.0.0.1 target.
+        shutdown_grace: How long in-flight attempts may run after SIGTERM before they are
+            cancelled (their leases then expire and the reaper retries them).
+        db_call_timeout: Client-side deadline for a claim or completion statement. A silent
+            network partition raises nothing, so every database call needs one.
+        claim_give_up: How long a claim is retried through database errors before the record
+            is committed past anyway (the planner's sweeper re-publishes unclaimed runs).
+        poll_timeout: How long one consumer poll waits for records.
+        group_id: The consumer group all workers share.
+    """
+
+    worker_id: str = field(default_factory=default_worker_id)
+    concurrency: int = 16
+    allow_private_targets: bool = False
+    shutdown_grace: timedelta = timedelta(seconds=10)
+    db_call_timeout: timedelta = timedelta(seconds=10)
+    claim_give_up: timedelta = timedelta(seconds=60)
+    poll_timeout: timedelta = timedelta(milliseconds=200)
+    group_id: str = GROUP_ID
+    user_agent: str = field(default_factory=user_agent)
+
+    def __post_init__(self) -> None:
+        if not self.worker_id or len(self.worker_id) > 200:
+            raise ConfigError("worker id must be 1-200 characters")
+        if not 1 <= self.concurrency <= 1024:
+            raise ConfigError(f"concurrency must be between 1 and 1024, not {self.concurrency}")
+        for name in ("shutdown_grace", "db_call_timeout", "claim_give_up", "poll_timeout"):
+            if getattr(self, name) < timedelta(0):
+                raise ConfigError(f"{name} must not be negative")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerConfig:
+        env = os.environ if environ is None else environ
+        config = cls()
+        if env.get("DUETIME_WORKER_ID"):
+            config = replace(config, worker_id=env["DUETIME_WORKER_ID"])
+        if env.get("DUETIME_WORKER_CONCURRENCY"):
+            config = replace(config, concurrency=_int("DUETIME_WORKER_CONCURRENCY", env))
+        if env.get("DUETIME_WORKER_SHUTDOWN_GRACE"):
+            config = replace(
+                config,
+                shutdown_grace=timedelta(seconds=_float("DUETIME_WORKER_SHUTDOWN_GRACE", env)),
+            )
+        return replace(config, allow_private_targets=_flag("DUETIME_ALLOW_PRIVATE_TARGETS", env))
+
+
+def _flag(name: str, env: Mapping[str, str]) -> bool:
+    value = env.get(name, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"{name} must be 1 or 0, not {value!r}")
+
+
+def _int(name: str, env: Mapping[str, str]) -> int:
+    try:
+        return int(env[name])
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, not {env[name]!r}") from None
+
+
+def _float(name: str, env: Mapping[str, str]) -> float:
+    try:
+        return float(env[name])
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, not {env[name]!r}") from None

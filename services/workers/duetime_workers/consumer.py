@@ -1,0 +1,261 @@
+"""The runs.ready consumer: take only as many records as there are free slots; commit safely.
+
+Runs on its own thread, because every confluent-kafka consumer call blocks and librdkafka expects
+one thread to drive a consumer. The loop:
+
+- **Backpressure.** With ``n`` free execution slots it asks for at most ``n`` records. With none
+  free it pauses every assigned partition and keeps polling (short polls return nothing), so the
+  group membership stays alive (``max.poll.interval.ms``) however long the attempts take. A record
+  that arrives anyway (a fetch that raced the pause) waits in a local queue, in order.
+- **At-least-once commits.** An offset is committed only once its attempt is handled, and only up
+  to the first unhandled offset of its partition (``OffsetTracker``). A crash re-delivers from
+  there; the claim compare-and-set turns the repeats into ``run.claim_skipped``.
+- **Poison records.** A record that does not decode, or decodes into an impossible run, is logged
+  as ``run.undecodable`` and committed past. It never stops the consumer.
+- **Rebalances.** Handled offsets of revoked partitions are committed synchronously before they
+  go; attempts still running for them finish, but their results no longer move any offset.
+- **Shutdown.** ``stop_fetching`` stops taking records; the loop keeps polling and committing
+  while in-flight attempts finish, until ``drained`` is set; then a final synchronous commit and
+  ``close()`` leave the group cleanly so the partitions move at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from duetime.bus.records import RUN_EVENTS
+from duetime.errors import CodecError
+from duetime.model import RunEvent
+
+from .logs import event
+from .offsets import OffsetTracker, Partition
+
+__all__ = ["Fetched", "ReadyConsumer", "Slots", "decode_run", "run_problem"]
+
+_PAUSED_POLL = 0.05
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A decoded run and where it came from (for the commit)."""
+
+    run: RunEvent
+    partition: Partition
+    offset: int
+
+
+class Slots:
+    """Execution slots shared by the consumer thread (takes) and the event loop (releases)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._used = 0
+        self._lock = threading.Lock()
+
+    def free(self) -> int:
+        with self._lock:
+            return self.capacity - self._used
+
+    def take(self) -> None:
+        with self._lock:
+            self._used += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._used -= 1
+
+    def in_use(self) -> int:
+        with self._lock:
+            return self._used
+
+
+def run_problem(run: RunEvent) -> str | None:
+    """Why a decoded RunEvent cannot be executed, or None. Avro checks types, not meaning."""
+    if run.attempt < 1:
+        return f"attempt must be at least 1, not {run.attempt}"
+    if run.max_attempts < run.attempt:
+        return f"attempt {run.attempt} exceeds max_attempts {run.max_attempts}"
+    if run.lease <= timedelta(0):
+        return "lease must be positive"
+    if run.scheduled_for.tzinfo is None:
+        return "scheduled_for has no time zone"
+    return None
+
+
+def decode_run(value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None) -> RunEvent:
+    """Decode and sanity-check one runs.ready record; every failure is a ``CodecError``."""
+    try:
+        run = RUN_EVENTS.decode(value, headers)
+    except CodecError:
+        raise
+    except Exception as exc:  # e.g. OverflowError from an absurd lease_ms: still poison
+        raise CodecError(f"RunEvent: {type(exc).__name__}: {exc}") from exc
+    problem = run_problem(run)
+    if problem is not None:
+        raise CodecError(f"RunEvent: {problem}")
+    return run
+
+
+class ReadyConsumer:
+    """Drives one confluent-kafka consumer on the calling thread (see the module docstring)."""
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        topic: str,
+        *,
+        slots: Slots,
+        tracker: OffsetTracker,
+        submit: Callable[[Fetched], None],
+        poll_timeout: float,
+        assigned: threading.Event | None = None,
+    ) -> None:
+        self._consumer = consumer
+        self._topic = topic
+        self._slots = slots
+        self._tracker = tracker
+        self._submit = submit
+        self._poll_timeout = poll_timeout
+        self._waiting: deque[Fetched] = deque()
+        self._paused = False
+        self._assignment_changed = False
+        self.stop_fetching = threading.Event()
+        self.drained = threading.Event()
+        # Set on the first assignment: the worker is part of the group (tests wait on it).
+        self.assigned = assigned or threading.Event()
+
+    # the loop -----------------------------------------------------------------------------
+    def run(self) -> None:
+        self._consumer.subscribe(
+            [self._topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        try:
+            while not self.stop_fetching.is_set():
+                self._step()
+            self._pause()
+            while not self.drained.is_set():
+                self._consumer.poll(_PAUSED_POLL)  # keeps the membership; records are re-read
+                self._commit(asynchronous=True)
+        finally:
+            self._commit(asynchronous=False)
+            self._consumer.close()
+
+    def _step(self) -> None:
+        if self._slots.free() <= 0:
+            self._pause()
+            message = self._consumer.poll(_PAUSED_POLL)
+            if message is not None:
+                self._accept(message)
+        else:
+            self._resume()
+            while self._waiting and self._slots.free() > 0:
+                self._dispatch(self._waiting.popleft())
+            free = self._slots.free()
+            if free > 0:
+                for message in self._consumer.consume(free, self._poll_timeout):
+                    self._accept(message)
+        self._commit(asynchronous=True)
+
+    def _accept(self, message: Message) -> None:
+        error = message.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                event("consumer.error", logging.WARNING, error=str(error))
+            return
+        topic, index, offset = message.topic(), message.partition(), message.offset()
+        if topic is None or index is None or offset is None:
+            return  # not a record (librdkafka only returns these with an error set)
+        partition: Partition = (topic, index)
+        self._tracker.fetched(partition, offset)
+        try:
+            run = decode_run(message.value(), _headers(message))
+        except CodecError as exc:
+            event(
+                "run.undecodable",
+                logging.ERROR,
+                topic=partition[0],
+                partition=partition[1],
+                offset=offset,
+                error=str(exc),
+            )
+            self._tracker.handled(partition, offset)
+            return
+        fetched = Fetched(run, partition, offset)
+        if self._slots.free() > 0 and not self._waiting:
+            self._dispatch(fetched)
+        else:
+            self._waiting.append(fetched)
+
+    def _dispatch(self, fetched: Fetched) -> None:
+        self._slots.take()
+        self._submit(fetched)
+
+    # pause / resume -------------------------------------------------------------------------
+    def _pause(self) -> None:
+        if self._paused and not self._assignment_changed:
+            return
+        self._consumer.pause(self._consumer.assignment())
+        self._paused = True
+        self._assignment_changed = False
+
+    def _resume(self) -> None:
+        if not self._paused:
+            return
+        self._consumer.resume(self._consumer.assignment())
+        self._paused = False
+
+    # commits and rebalances -------------------------------------------------------------------
+    def _commit(self, *, asynchronous: bool, only: Sequence[Partition] | None = None) -> None:
+        positions = self._tracker.to_commit(only)
+        if not positions:
+            return
+        offsets = [TopicPartition(t, p, o) for t, p, o in positions]
+        try:
+            if asynchronous:
+                self._consumer.commit(offsets=offsets, asynchronous=True)
+            else:
+                self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            # Not fatal: the records are re-delivered and their claims skip.
+            event("consumer.commit_failed", logging.WARNING, error=str(exc))
+
+    def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        self._assignment_changed = True
+        self.assigned.set()
+        event("consumer.assigned", partitions=_names(partitions))
+
+    def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        self._commit(asynchronous=False, only=keys)
+        self._forget(keys)
+        event("consumer.revoked", partitions=_names(partitions))
+
+    def _on_lost(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        self._forget([(tp.topic, tp.partition) for tp in partitions])
+        event("consumer.lost", logging.WARNING, partitions=_names(partitions))
+
+    def _forget(self, keys: list[Partition]) -> None:
+        self._tracker.forget(keys)
+        gone = set(keys)
+        self._waiting = deque(f for f in self._waiting if f.partition not in gone)
+
+
+def _headers(message: Message) -> list[tuple[str, bytes | None]]:
+    raw = message.headers() or []
+    items = raw.items() if isinstance(raw, dict) else raw
+    return [(k, v.encode("utf-8") if isinstance(v, str) else v) for k, v in items]
+
+
+def _names(partitions: list[TopicPartition]) -> str:
+    return ",".join(f"{tp.topic}[{tp.partition}]" for tp in partitions) or "-"

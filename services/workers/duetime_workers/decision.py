@@ -1,0 +1,69 @@
+"""Retry or dead: what the run becomes after an attempt. Pure.
+
+The worker decides this itself (instead of leaving every failure to the reaper) because it knows
+things the reaper cannot: whether the failure is worth retrying, and how long the target asked it
+to wait (``Retry-After``). The decision is applied by the fenced ``runs_complete``, so a worker that
+lost its lease cannot impose it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Literal
+
+from .outcome import AttemptOutcome, OutcomeKind
+
+__all__ = ["Completion", "decide"]
+
+CompletedState = Literal["succeeded", "scheduled", "dead"]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The arguments of ``runs_complete`` for one finished attempt.
+
+    Attributes:
+        state: ``succeeded``; ``scheduled`` (retry after ``retry_delay``); or ``dead``.
+        outcome: How the attempt went (``succeeded`` or ``failed``), stored on run_attempts.
+        retry_delay: How long before the next attempt becomes due (zero unless retrying).
+        error: Why the attempt failed (None on success).
+        status_code: The HTTP status, when there was one.
+    """
+
+    state: CompletedState
+    outcome: Literal["succeeded", "failed"]
+    retry_delay: timedelta = timedelta(0)
+    error: str | None = None
+    status_code: int | None = None
+
+
+def decide(
+    outcome: AttemptOutcome, attempt: int, max_attempts: int, backoff: timedelta
+) -> Completion:
+    """Turn an attempt's outcome into the run's next state.
+
+    Args:
+        outcome: What executing the target came to.
+        attempt: The attempt that just ran (1 for the first).
+        max_attempts: The job's limit; the run is dead after this many failed attempts.
+        backoff: The retry policy's delay before attempt ``attempt + 1``.
+
+    A retryable failure with attempts left is retried after ``max(backoff, Retry-After)``: the
+    target's request is a lower bound, never a reason to retry sooner. A final failure, or a
+    retryable one on the last attempt, makes the run dead, so nothing loops forever.
+    """
+    if outcome.kind is OutcomeKind.SUCCEEDED:
+        return Completion(state="succeeded", outcome="succeeded", status_code=outcome.status_code)
+    if outcome.kind is OutcomeKind.RETRYABLE and attempt < max_attempts:
+        delay = max(backoff, outcome.retry_after or timedelta(0), timedelta(0))
+        return Completion(
+            state="scheduled",
+            outcome="failed",
+            retry_delay=delay,
+            error=outcome.error,
+            status_code=outcome.status_code,
+        )
+    return Completion(
+        state="dead", outcome="failed", error=outcome.error, status_code=outcome.status_code
+    )

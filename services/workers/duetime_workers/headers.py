@@ -1,0 +1,120 @@
+"""The headers every target receives, and which user headers are not allowed through. Pure.
+
+``Idempotency-Key: <run_id>:<attempt>`` plus ``X-Duetime-Run-Id``, ``X-Duetime-Attempt`` and
+``X-Duetime-Scheduled-For`` are the contract (DESIGN.md): execution is at-least-once, so a target
+deduplicates on them. duetime sets them itself and drops any job-supplied header of the same name,
+so a job definition cannot forge another run's key. Framing and hop-by-hop headers (``Host``,
+``Content-Length``, ``Transfer-Encoding``, ``Connection`` ...) are dropped too: the HTTP client
+owns them, and letting a job set them invites request smuggling.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+__all__ = [
+    "RESERVED_HEADERS",
+    "InvalidHeader",
+    "duetime_headers",
+    "format_instant",
+    "http_headers",
+    "kafka_headers",
+]
+
+IDEMPOTENCY_KEY = "Idempotency-Key"
+RUN_ID = "X-Duetime-Run-Id"
+ATTEMPT = "X-Duetime-Attempt"
+SCHEDULED_FOR = "X-Duetime-Scheduled-For"
+USER_AGENT = "User-Agent"
+
+RESERVED_HEADERS = frozenset(
+    name.lower()
+    for name in (
+        IDEMPOTENCY_KEY,
+        RUN_ID,
+        ATTEMPT,
+        SCHEDULED_FOR,
+        USER_AGENT,
+        "Host",
+        "Content-Length",
+        "Transfer-Encoding",
+        "Connection",
+        "Keep-Alive",
+        "Proxy-Connection",
+        "Proxy-Authorization",
+        "TE",
+        "Trailer",
+        "Upgrade",
+        "Expect",
+    )
+)
+_RESERVED_PREFIX = "x-duetime-"
+
+# RFC 9110 §5.1 field-name = token; values must not contain CR, LF or NUL (header injection).
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_BAD_VALUE = re.compile(r"[\r\n\x00]")
+
+
+class InvalidHeader(ValueError):
+    """A job-supplied header that cannot be sent; the attempt fails without retry."""
+
+
+def format_instant(instant: datetime) -> str:
+    """ISO-8601 in UTC with a ``Z`` (``2026-03-29T01:30:00Z``), microseconds only if present."""
+    if instant.tzinfo is None:
+        raise ValueError("instant must be timezone-aware")
+    text = instant.astimezone(UTC).isoformat()
+    return text.removesuffix("+00:00") + "Z"
+
+
+def duetime_headers(
+    run_id: uuid.UUID, attempt: int, scheduled_for: datetime
+) -> list[tuple[str, str]]:
+    """The idempotency headers, identical for HTTP and Kafka targets."""
+    return [
+        (IDEMPOTENCY_KEY, f"{run_id}:{attempt}"),
+        (RUN_ID, str(run_id)),
+        (ATTEMPT, str(attempt)),
+        (SCHEDULED_FOR, format_instant(scheduled_for)),
+    ]
+
+
+def _is_reserved(name: str) -> bool:
+    lowered = name.lower()
+    return lowered in RESERVED_HEADERS or lowered.startswith(_RESERVED_PREFIX)
+
+
+def http_headers(
+    job_headers: Iterable[tuple[str, str]],
+    *,
+    run_id: uuid.UUID,
+    attempt: int,
+    scheduled_for: datetime,
+    user_agent: str,
+) -> list[tuple[str, str]]:
+    """The request headers: the job's own (validated, reserved names dropped), then duetime's.
+
+    Raises:
+        InvalidHeader: A job header name is not an HTTP token, or a value contains CR/LF/NUL.
+    """
+    headers: list[tuple[str, str]] = []
+    for name, value in job_headers:
+        if not _TOKEN.match(name):
+            raise InvalidHeader(f"header name {name!r} is not a valid HTTP token")
+        if _BAD_VALUE.search(value):
+            raise InvalidHeader(f"header {name!r} contains CR, LF or NUL")
+        if not _is_reserved(name):
+            headers.append((name, value))
+    headers.extend(duetime_headers(run_id, attempt, scheduled_for))
+    headers.append((USER_AGENT, user_agent))
+    return headers
+
+
+def kafka_headers(
+    run_id: uuid.UUID, attempt: int, scheduled_for: datetime
+) -> list[tuple[str, bytes]]:
+    """The idempotency headers as Kafka record headers (UTF-8 values)."""
+    return [(k, v.encode("utf-8")) for k, v in duetime_headers(run_id, attempt, scheduled_for)]

@@ -1,0 +1,62 @@
+"""Execute a Kafka target once: produce the job's record and wait for the broker's ack.
+
+Success means the broker acknowledged the record (``acks=all``, idempotent producer). The same
+idempotency headers as HTTP targets travel as record headers, because a redelivered attempt
+produces the record again and consumers must be able to drop the duplicate.
+
+Topics under duetime's own prefix, and Kafka's internal ``__`` topics, are refused: a job that
+could write onto ``duetime.runs.ready`` could forge run events for other tenants.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import datetime
+
+from duetime.model import KafkaTarget
+
+from .headers import kafka_headers
+from .outcome import AttemptOutcome, OutcomeKind, final, retryable
+from .producer import AsyncProducer, DeliveryFailed
+
+__all__ = ["KafkaExecutor", "topic_refusal"]
+
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def topic_refusal(topic: str, reserved_prefix: str) -> str | None:
+    """Why ``topic`` may not be a job's target, or None if it may."""
+    if not _TOPIC.match(topic) or topic in (".", ".."):
+        return f"invalid topic name {topic!r}"
+    if topic.startswith("__"):
+        return f"topic {topic!r} is internal to Kafka"
+    if reserved_prefix and topic.startswith(reserved_prefix):
+        return f"topic {topic!r} is internal to duetime (prefix {reserved_prefix!r})"
+    return None
+
+
+class KafkaExecutor:
+    """Produces job records through the worker's shared producer."""
+
+    def __init__(self, producer: AsyncProducer, reserved_prefix: str) -> None:
+        self._producer = producer
+        self._reserved_prefix = reserved_prefix
+
+    async def execute(
+        self, target: KafkaTarget, *, run_id: uuid.UUID, attempt: int, scheduled_for: datetime
+    ) -> AttemptOutcome:
+        why = topic_refusal(target.topic, self._reserved_prefix)
+        if why is not None:
+            return final(f"target refused: {why}")
+        key = target.key.encode("utf-8") if target.key is not None else None
+        try:
+            await self._producer.send(
+                target.topic,
+                key,
+                target.value.encode("utf-8"),
+                kafka_headers(run_id, attempt, scheduled_for),
+            )
+        except DeliveryFailed as exc:
+            return final(str(exc)) if exc.fatal else retryable(str(exc))
+        return AttemptOutcome(OutcomeKind.SUCCEEDED)

@@ -1,0 +1,88 @@
+"""Entry point: ``duetime-worker`` options, settings, logging, and the service's exit code.
+
+Registered as entry point ``worker`` in group ``duetime.services`` (so ``duetime`` can start it
+without importing this package) and runnable as ``python -m duetime_workers``. Exit codes:
+0 after a clean shutdown, 1 when the worker failed, 2 for unusable settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+from dataclasses import replace
+from datetime import timedelta
+
+from duetime.config import load_settings
+from duetime.errors import ConfigError, DuetimeError
+
+from .config import WorkerConfig
+from .logs import configure_logging, event
+from .worker import WorkerService
+
+__all__ = ["build_config", "main", "parser"]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="duetime-worker",
+        description="Execute due runs from runs.ready: claim, call the target, complete.",
+    )
+    p.add_argument("--worker-id", help="name on leases and in logs (env DUETIME_WORKER_ID)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        help="execution slots (env DUETIME_WORKER_CONCURRENCY, default 16)",
+    )
+    p.add_argument(
+        "--allow-private-targets",
+        action="store_true",
+        default=None,
+        help="let HTTP targets reach private addresses (env DUETIME_ALLOW_PRIVATE_TARGETS=1)",
+    )
+    p.add_argument(
+        "--shutdown-grace",
+        type=float,
+        metavar="SECONDS",
+        help="time in-flight attempts get at shutdown (env DUETIME_WORKER_SHUTDOWN_GRACE)",
+    )
+    p.add_argument(
+        "--log-level",
+        default=os.environ.get("DUETIME_LOG_LEVEL", "INFO"),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        type=str.upper,
+    )
+    return p
+
+
+def build_config(args: argparse.Namespace) -> WorkerConfig:
+    """The environment's config with the command-line options on top."""
+    config = WorkerConfig.from_env()
+    if args.worker_id:
+        config = replace(config, worker_id=args.worker_id)
+    if args.concurrency is not None:
+        config = replace(config, concurrency=args.concurrency)
+    if args.allow_private_targets:
+        config = replace(config, allow_private_targets=True)
+    if args.shutdown_grace is not None:
+        config = replace(config, shutdown_grace=timedelta(seconds=args.shutdown_grace))
+    return config
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    configure_logging(args.log_level)
+    try:
+        config = build_config(args)
+        settings = load_settings()
+        settings.require_database()
+        settings.require_kafka()
+    except ConfigError as exc:
+        event("worker.config_error", logging.ERROR, error=str(exc))
+        return 2
+    try:
+        return asyncio.run(WorkerService(settings, config).run())
+    except DuetimeError as exc:
+        event("worker.failed", logging.ERROR, error=str(exc))
+        return 1

@@ -1,0 +1,29 @@
+"""Route a run to the executor for its kind of target (HTTP or Kafka)."""
+
+from __future__ import annotations
+
+from duetime.model import HttpTarget, RunEvent
+
+from .http_target import HttpExecutor
+from .kafka_target import KafkaExecutor
+from .outcome import AttemptOutcome
+
+__all__ = ["Targets"]
+
+
+class Targets:
+    """A ``TargetExecutor`` over the HTTP and Kafka executors."""
+
+    def __init__(self, http: HttpExecutor, kafka: KafkaExecutor) -> None:
+        self._http = http
+        self._kafka = kafka
+
+    async def execute(self, run: RunEvent, attempt: int) -> AttemptOutcome:
+        target = run.target
+        if isinstance(target, HttpTarget):
+            return await self._http.execute(
+                target, run_id=run.run_id, attempt=attempt, scheduled_for=run.scheduled_for
+            )
+        return await self._kafka.execute(
+            target, run_id=run.run_id, attempt=attempt, scheduled_for=run.scheduled_for
+        )

@@ -1,0 +1,218 @@
+"""The worker service: wires the consumer thread, the attempt pipeline and the clients together.
+
+Threads and the event loop divide the work by what blocks:
+
+- the **event loop** runs attempts (HTTP calls, lease keepers, retries) concurrently;
+- a **consumer thread** drives the runs.ready consumer (``ReadyConsumer``) and hands each record
+  to the loop with ``call_soon_threadsafe``; a slot is taken per record and released when its
+  attempt task ends, which is what bounds the work in flight;
+- a **producer thread** serves librdkafka delivery callbacks (``AsyncProducer``);
+- a **database pool** runs the blocking store calls under deadlines (``BlockingCalls``).
+
+Shutdown (SIGINT/SIGTERM, or ``request_stop()``): stop taking records, give in-flight attempts
+``shutdown_grace`` to finish, cancel the rest (their leases expire and the reaper retries them;
+their offsets stay uncommitted, so the records are re-delivered too), commit, leave the group,
+flush the producer. A second signal cancels in-flight attempts at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from collections import Counter
+
+from confluent_kafka import Consumer
+
+from duetime.bus.kafka import consumer_config, create_topics, make_producer
+from duetime.bus.topics import TopicCatalog, TopicSpec
+from duetime.config import Settings
+from duetime.store import Store
+
+from .announce import BusEvents
+from .attempt import AttemptReport, AttemptRunner
+from .blocking import BlockingCalls
+from .config import WorkerConfig
+from .consumer import Fetched, ReadyConsumer, Slots
+from .http_target import HttpExecutor
+from .kafka_target import KafkaExecutor
+from .logs import event
+from .offsets import OffsetTracker
+from .producer import AsyncProducer
+from .targets import Targets
+from .transport import make_http_client
+
+__all__ = ["WorkerService"]
+
+_CANCEL_WAIT = 5.0
+_FLUSH_TIMEOUT = 5.0
+
+
+class WorkerService:
+    """One worker process. ``await run()`` until stopped; returns the exit code."""
+
+    def __init__(self, settings: Settings, config: WorkerConfig) -> None:
+        self.settings = settings
+        self.config = config
+        self.catalog = TopicCatalog(settings.topic_prefix)
+        self.stats: Counter[str] = Counter()  # attempt statuses, for tests and the stop line
+        self.consuming = threading.Event()  # set once the consumer has partitions
+        self._slots = Slots(config.concurrency)
+        self._tracker = OffsetTracker()
+        self._tasks: set[asyncio.Task[AttemptReport]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._failed = False
+
+    def request_stop(self) -> None:
+        """Ask the service to shut down; safe from any thread and from signal handlers."""
+        loop, stop = self._loop, self._stop
+        if loop is None or stop is None:
+            return
+        loop.call_soon_threadsafe(self._on_stop_request)
+
+    def _on_stop_request(self) -> None:
+        assert self._stop is not None
+        if self._stop.is_set():
+            event("worker.force_stop", logging.WARNING, in_flight=len(self._tasks))
+            for task in self._tasks:
+                task.cancel()
+        self._stop.set()
+
+    async def run(self) -> int:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        await asyncio.to_thread(create_topics, self.settings, self._topics())
+        store = Store(
+            self.settings.require_database(),
+            pool_size=max(5, self.config.concurrency // 2 + 2),
+            application_name=f"duetime-worker:{self.config.worker_id}"[:63],
+        )
+        producer = AsyncProducer(make_producer(self.settings))
+        producer.start()
+        calls = BlockingCalls(max_workers=self.config.concurrency * 2 + 4)
+        client = make_http_client(
+            allow_private=self.config.allow_private_targets,
+            max_connections=self.config.concurrency,
+        )
+        runner = AttemptRunner(
+            config=self.config,
+            store=store,
+            events=BusEvents(producer, self.catalog),
+            targets=Targets(
+                HttpExecutor(client, self.config.user_agent),
+                KafkaExecutor(producer, self.settings.topic_prefix),
+            ),
+            calls=calls,
+            stopping=self._stop,
+        )
+        consumer = ReadyConsumer(
+            Consumer(consumer_config(self.settings, self.config.group_id)),
+            self.catalog.ready,
+            slots=self._slots,
+            tracker=self._tracker,
+            submit=lambda fetched: self._submit(runner, fetched),
+            poll_timeout=self.config.poll_timeout.total_seconds(),
+            assigned=self.consuming,
+        )
+        thread = threading.Thread(
+            target=self._consume, args=(consumer,), name="duetime-consumer", daemon=True
+        )
+        self._install_signal_handlers()
+        event(
+            "worker.started",
+            worker_id=self.config.worker_id,
+            concurrency=self.config.concurrency,
+            topic=self.catalog.ready,
+            group=self.config.group_id,
+            allow_private_targets=self.config.allow_private_targets,
+        )
+        thread.start()
+        try:
+            await self._stop.wait()
+            await self._shutdown(consumer)
+        finally:
+            consumer.stop_fetching.set()
+            consumer.drained.set()
+            await asyncio.to_thread(thread.join)
+            await client.aclose()
+            unsent = await asyncio.to_thread(producer.close, _FLUSH_TIMEOUT)
+            calls.shutdown()
+            store.close()
+            event("worker.stopped", unsent_events=unsent, **dict(self.stats))
+        return 1 if self._failed else 0
+
+    def _topics(self) -> list[TopicSpec]:
+        wanted = {self.catalog.ready, self.catalog.heartbeats, self.catalog.results}
+        return [spec for spec in self.catalog.all() if spec.name in wanted]
+
+    async def _shutdown(self, consumer: ReadyConsumer) -> None:
+        consumer.stop_fetching.set()
+        event("worker.stopping", in_flight=len(self._tasks))
+        if self._tasks:
+            grace = self.config.shutdown_grace.total_seconds()
+            _done, late = await asyncio.wait(set(self._tasks), timeout=grace)
+            for task in late:
+                task.cancel()
+            if late:
+                event("worker.attempts_cancelled", logging.WARNING, count=len(late))
+                await asyncio.wait(late, timeout=_CANCEL_WAIT)
+
+    def _install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # embedded (tests): the owner calls request_stop()
+        assert self._loop is not None
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                self._loop.add_signal_handler(sig, self.request_stop)
+
+    # consumer thread ----------------------------------------------------------------------
+    def _consume(self, consumer: ReadyConsumer) -> None:
+        try:
+            consumer.run()
+        except Exception as exc:  # the consumer cannot continue: stop the whole worker
+            event("worker.consumer_failed", logging.ERROR, error=repr(exc))
+            self._failed = True
+            self.request_stop()
+
+    def _submit(self, runner: AttemptRunner, fetched: Fetched) -> None:
+        """Called on the consumer thread; starts the attempt on the event loop."""
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._spawn, runner, fetched)
+
+    def _spawn(self, runner: AttemptRunner, fetched: Fetched) -> None:
+        if self._stop is not None and self._stop.is_set():
+            # Taken from the broker while the stop was being requested: leave it uncommitted
+            # (it is re-delivered) rather than start work the shutdown will not wait for.
+            self._slots.release()
+            return
+        task = asyncio.create_task(runner.run(fetched.run))
+        self._tasks.add(task)
+        task.add_done_callback(lambda done: self._finished(done, fetched))
+
+    def _finished(self, task: asyncio.Task[AttemptReport], fetched: Fetched) -> None:
+        self._tasks.discard(task)
+        self._slots.release()
+        if task.cancelled():
+            self.stats["cancelled"] += 1
+            return  # not committed: the record is re-delivered after a restart
+        error = task.exception()
+        if error is not None:
+            # A bug, not a target failure. The run is safe in the database (the reaper expires
+            # its lease, the sweeper re-publishes it), so move on rather than wedge the partition.
+            event(
+                "run.attempt_crashed",
+                logging.ERROR,
+                run_id=fetched.run.run_id,
+                attempt=fetched.run.attempt,
+                error=repr(error),
+            )
+            self.stats["crashed"] += 1
+            self._tracker.handled(fetched.partition, fetched.offset)
+            return
+        report = task.result()
+        self.stats[report.status] += 1
+        if report.commit:
+            self._tracker.handled(fetched.partition, fetched.offset)

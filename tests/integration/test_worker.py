@@ -1,0 +1,539 @@
+"""The worker on the real stack: runs.ready -> claim -> HTTP or Kafka target -> fenced completion.
+
+Each test gets its own database (``database_url``), its own topic prefix and consumer group, a
+worker running in-process on a thread (one test runs it as a subprocess through the entry point),
+and a recording HTTP target on 127.0.0.1 (so private targets are allowed). Tests wait on
+conditions with deadlines, never on fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, TypeVar
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from sqlalchemy import text
+
+from duetime.bus.kafka import consumer_config, create_topics, producer_config
+from duetime.bus.records import RUN_EVENTS, RUN_RESULTS
+from duetime.bus.topics import TopicCatalog, TopicSpec
+from duetime.config import Settings
+from duetime.model import HttpTarget, KafkaTarget, RunEvent, Target, run_id_for
+from duetime.store import NewRun, Store
+from duetime_workers import WorkerConfig, WorkerService
+
+pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
+WAIT = 30.0
+
+
+# --- a recording HTTP target -----------------------------------------------------------------
+@dataclass
+class Seen:
+    path: str
+    headers: dict[str, str]
+
+
+@dataclass
+class Target_:
+    """``/ok``: 200. ``/status/<code>``: that status (503 adds Retry-After: 120).
+    ``/hold/<key>``: waits until ``release(key)``, then 200."""
+
+    seen: list[Seen] = field(default_factory=list)
+    holds: dict[str, threading.Event] = field(default_factory=dict)
+    arrived: dict[str, threading.Event] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    active: int = 0  # requests being held right now
+    max_active: int = 0
+
+    def hold(self, key: str) -> tuple[threading.Event, threading.Event]:
+        with self.lock:
+            return (
+                self.arrived.setdefault(key, threading.Event()),
+                self.holds.setdefault(key, threading.Event()),
+            )
+
+    def requests(self, prefix: str) -> list[Seen]:
+        with self.lock:
+            return [s for s in self.seen if s.path.startswith(prefix)]
+
+
+@pytest.fixture
+def target() -> Iterator[tuple[Target_, str]]:
+    state = Target_()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _handle(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            with state.lock:
+                state.seen.append(Seen(self.path, dict(self.headers.items())))
+            parts = self.path.strip("/").split("/")
+            status, extra = 200, []
+            if parts[0] == "status":
+                status = int(parts[1])
+                if status == 503:
+                    extra.append(("Retry-After", "120"))
+            elif parts[0] == "hold":
+                arrived, release = state.hold(parts[1])
+                with state.lock:
+                    state.active += 1
+                    state.max_active = max(state.max_active, state.active)
+                arrived.set()
+                release.wait(WAIT)
+                with state.lock:
+                    state.active -= 1
+            self.send_response(status)
+            for name, value in extra:
+                self.send_header(name, value)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_POST = _handle
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield state, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        for event in list(state.holds.values()):
+            event.set()
+        server.shutdown()
+        server.server_close()
+
+
+# --- the environment: settings, store, producer, worker --------------------------------------
+@dataclass
+class Env:
+    settings: Settings
+    store: Store
+    producer: Producer
+    catalog: TopicCatalog
+
+    def run_row(self, run_id: uuid.UUID) -> Any:
+        with self.store.engine.begin() as conn:
+            return conn.execute(
+                text("SELECT *, now() AS db_now FROM runs WHERE run_id = :r"), {"r": run_id}
+            ).one()
+
+    def attempts(self, run_id: uuid.UUID) -> list[Any]:
+        return list(self.store.run_attempts_list(run_id))
+
+    def fenced(self, run_id: uuid.UUID) -> list[Any]:
+        with self.store.engine.begin() as conn:
+            return list(
+                conn.execute(
+                    text("SELECT * FROM run_fenced_completions WHERE run_id = :r"), {"r": run_id}
+                )
+            )
+
+    def new_run(
+        self,
+        target: Target,
+        *,
+        max_attempts: int = 3,
+        lease: timedelta = timedelta(seconds=30),
+        heartbeat: timedelta = timedelta(seconds=10),
+    ) -> RunEvent:
+        """Insert a scheduled run row (as the planner would) and return its first RunEvent."""
+        job_id = f"job-{uuid.uuid4().hex[:8]}"
+        scheduled_for = datetime.now(UTC).replace(microsecond=0)
+        run_id = run_id_for(job_id, scheduled_for)
+        with self.store.tx() as tx:
+            tx.runs_ensure_partition(scheduled_for.date())
+            tx.runs_insert(
+                [NewRun(run_id, job_id, "acme", "svc", scheduled_for, scheduled_for, max_attempts)]
+            )
+        return RunEvent(
+            run_id=run_id,
+            job_id=job_id,
+            tenant="acme",
+            scheduled_for=scheduled_for,
+            due_at=scheduled_for,
+            attempt=1,
+            max_attempts=max_attempts,
+            target_service="svc",
+            target=target,
+            lease=lease,
+            heartbeat_interval=heartbeat,
+        )
+
+    def publish(self, *runs: RunEvent, raw: bytes | None = None) -> None:
+        if raw is not None:
+            self.producer.produce(self.catalog.ready, raw, b"svc", headers=RUN_EVENTS.headers())
+        for run in runs:
+            self.producer.produce(
+                self.catalog.ready,
+                RUN_EVENTS.encode(run),
+                run.target_service.encode(),
+                headers=RUN_EVENTS.headers(),
+            )
+        assert self.producer.flush(10) == 0
+
+
+@pytest.fixture
+def env(database_url: str, stack: Any) -> Iterator[Env]:
+    settings = Settings(
+        database_url=database_url,
+        kafka_bootstrap=stack.kafka_bootstrap,
+        topic_prefix=f"w{uuid.uuid4().hex[:8]}.",
+    )
+    create_topics(settings)
+    store = Store(database_url, pool_size=2)
+    yield Env(
+        settings, store, Producer(producer_config(settings)), TopicCatalog(settings.topic_prefix)
+    )
+    store.close()
+
+
+class InProcessWorker:
+    """``WorkerService.run()`` on its own thread and event loop."""
+
+    def __init__(self, settings: Settings, **config: Any) -> None:
+        defaults: dict[str, Any] = {
+            "worker_id": f"w-{uuid.uuid4().hex[:6]}",
+            "concurrency": 4,
+            "allow_private_targets": True,
+            "shutdown_grace": timedelta(seconds=2),
+            "group_id": f"workers-{uuid.uuid4().hex[:8]}",
+        }
+        self.config = WorkerConfig(**{**defaults, **config})
+        self.service = WorkerService(settings, self.config)
+        self.exit_code: int | None = None
+        self.thread = threading.Thread(target=self._run, name="worker-under-test", daemon=True)
+
+    def _run(self) -> None:
+        self.exit_code = asyncio.run(self.service.run())
+
+    def start(self) -> InProcessWorker:
+        self.thread.start()
+        assert self.service.consuming.wait(WAIT), "worker never got partitions"
+        return self
+
+    def stop(self) -> None:
+        self.service.request_stop()
+        self.thread.join(WAIT)
+        assert not self.thread.is_alive()
+        assert self.exit_code == 0
+
+
+@pytest.fixture
+def worker(env: Env) -> Iterator[Callable[..., InProcessWorker]]:
+    started: list[InProcessWorker] = []
+
+    def start(**config: Any) -> InProcessWorker:
+        w = InProcessWorker(env.settings, **config).start()
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:
+        if w.thread.is_alive():
+            w.stop()
+
+
+def wait_for(probe: Callable[[], T | None], what: str, within: float = WAIT) -> T:
+    """Poll ``probe`` until it returns something truthy (then return it) or the deadline."""
+    deadline = time.monotonic() + within
+    while True:
+        value = probe()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def state_is(env: Env, run_id: uuid.UUID, state: str, attempt: int = 1) -> Callable[[], Any]:
+    """A probe for "attempt ``attempt`` ended in ``state``" (a claim always bumps attempt)."""
+
+    def probe() -> Any:
+        row = env.run_row(run_id)
+        return row if (row.state, row.attempt) == (state, attempt) else None
+
+    return probe
+
+
+def read_topic(settings: Settings, topic: str, count: int, partitions: int) -> list[Any]:
+    """Read ``count`` records from the start of ``topic`` without a group join (assign)."""
+    consumer = Consumer(consumer_config(settings, f"reader-{uuid.uuid4().hex[:8]}"))
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    found: list[Any] = []
+    deadline = time.monotonic() + WAIT
+    try:
+        while len(found) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.1)
+            if msg is not None and msg.error() is None:
+                found.append(msg)
+    finally:
+        consumer.close()
+    return found
+
+
+# --- tests -----------------------------------------------------------------------------------
+def test_success_sends_the_idempotency_key_and_records_the_attempt(
+    env: Env, worker: Callable[..., InProcessWorker], target: tuple[Target_, str]
+) -> None:
+    recorder, base = target
+    run = env.new_run(HttpTarget(url=f"{base}/ok/{uuid.uuid4().hex}"))
+    w = worker()
+    env.publish(run, raw=b"\x00not avro at all")  # a poison record first: skipped, not fatal
+
+    row = wait_for(state_is(env, run.run_id, "succeeded"), "the run to succeed")
+    assert (row.attempt, row.worker, row.lease_token) == (1, w.config.worker_id, None)
+    assert row.finished_at is not None
+
+    (request,) = recorder.requests("/ok/")
+    assert request.headers["Idempotency-Key"] == f"{run.run_id}:1"
+    assert request.headers["X-Duetime-Run-Id"] == str(run.run_id)
+    assert request.headers["X-Duetime-Attempt"] == "1"
+    assert request.headers["X-Duetime-Scheduled-For"] == (
+        run.scheduled_for.strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
+    assert request.headers["User-Agent"].startswith("duetime-worker/")
+
+    (attempt,) = env.attempts(run.run_id)
+    assert (attempt.attempt, attempt.outcome, attempt.status_code, attempt.worker) == (
+        1,
+        "succeeded",
+        200,
+        w.config.worker_id,
+    )
+    (result,) = read_topic(env.settings, env.catalog.results, 1, env.catalog.partitions)
+    decoded = RUN_RESULTS.decode(result.value(), result.headers())
+    assert (decoded.run_id, decoded.outcome, decoded.state) == (
+        run.run_id,
+        "succeeded",
+        "succeeded",
+    )
+    wait_for(lambda: w.service.stats["succeeded"] == 1, "the worker's count")
+
+
+def test_duplicate_message_is_claimed_once(
+    env: Env, worker: Callable[..., InProcessWorker], target: tuple[Target_, str]
+) -> None:
+    recorder, base = target
+    run = env.new_run(HttpTarget(url=f"{base}/ok/dup"))
+    w = worker()
+    env.publish(run, run)
+    wait_for(lambda: sum(w.service.stats.values()) == 2, "both copies to be handled")
+    assert (w.service.stats["succeeded"], w.service.stats["claim_skipped"]) == (1, 1)
+    assert len(recorder.requests("/ok/dup")) == 1
+    assert len(env.attempts(run.run_id)) == 1
+    assert env.run_row(run.run_id).state == "succeeded"
+
+
+def test_server_error_schedules_a_retry(
+    env: Env, worker: Callable[..., InProcessWorker], target: tuple[Target_, str]
+) -> None:
+    _, base = target
+    plain = env.new_run(HttpTarget(url=f"{base}/status/500"))
+    throttled = env.new_run(HttpTarget(url=f"{base}/status/503"))
+    worker()
+    env.publish(plain, throttled)
+
+    row = wait_for(state_is(env, plain.run_id, "scheduled"), "the retry")
+    (attempt,) = env.attempts(plain.run_id)
+    assert (attempt.outcome, attempt.status_code) == ("failed", 500)
+    assert row.published_at is None  # the planner's outbox re-publishes it when due
+    assert row.last_error.startswith("HTTP 500")
+    assert row.due_at > attempt.finished_at  # backoff: due again in the future
+    assert row.next_attempt_at == row.due_at
+
+    row = wait_for(state_is(env, throttled.run_id, "scheduled"), "the throttled retry")
+    # Retry-After: 120 is a lower bound for the delay.
+    assert row.due_at >= row.db_now + timedelta(seconds=100)
+
+
+def test_client_error_is_dead(
+    env: Env, worker: Callable[..., InProcessWorker], target: tuple[Target_, str]
+) -> None:
+    _, base = target
+    run = env.new_run(HttpTarget(url=f"{base}/status/400"))
+    worker()
+    env.publish(run)
+    row = wait_for(state_is(env, run.run_id, "dead"), "the run to die")
+    assert row.attempt == 1 and row.finished_at is not None
+    assert row.last_error.startswith("HTTP 400")
+    (attempt,) = env.attempts(run.run_id)
+    assert (attempt.outcome, attempt.status_code) == ("failed", 400)
+
+
+def test_backpressure_keeps_in_flight_attempts_within_the_slots(
+    env: Env, worker: Callable[..., InProcessWorker], target: tuple[Target_, str]
+) -> None:
+    """With 2 slots and 6 runs the worker pauses the partition and resumes it as slots free up;
+    every run is executed exactly once and never more than 2 at a time."""
+    recorder, base = target
+    runs = [env.new_run(HttpTarget(url=f"{base}/hold/bp{i}")) for i in range(6)]
+    gates = [recorder.hold(f"bp{i}") for i in range(6)]
+
+    def in_flight() -> list[int]:
+        return [
+            i
+            for i, (arrived, release) in enumerate(gates)
+            if arrived.is_set() and not release.is_set()
+        ]
+
+    w = worker(concurrency=2)
+    env.publish(*runs)
+    for released in range(6):
+        wanted = min(2, 6 - released)
+        wait_for(partial(_at_least, in_flight, wanted), "requests to arrive")
+        gates[in_flight()[0]][1].set()  # finish the oldest; a slot frees up
+    for run in runs:
+        wait_for(state_is(env, run.run_id, "succeeded"), f"run {run.run_id} to succeed")
+    assert recorder.max_active == 2
+    assert w.service.stats["succeeded"] == 6
+    assert len(recorder.requests("/hold/bp")) == 6  # each exactly once
+
+
+def _at_least(items: Callable[[], list[int]], count: int) -> bool:
+    return len(items()) >= count
+
+
+def _steal_lease(env: Env, run_id: uuid.UUID) -> uuid.UUID:
+    """What the reaper does to an expired lease: the run gets a new lease token."""
+    with env.store.engine.begin() as conn:
+        token: uuid.UUID = conn.execute(
+            text(
+                "UPDATE runs SET lease_token = gen_random_uuid() WHERE run_id = :r "
+                "AND state = 'running' RETURNING lease_token"
+            ),
+            {"r": run_id},
+        ).scalar_one()
+        return token
+
+
+def test_completion_with_a_stale_token_is_rejected_and_recorded(
+    env: Env, worker: Callable[..., InProcessWorker], target: tuple[Target_, str]
+) -> None:
+    recorder, base = target
+    arrived, release = recorder.hold("fence")
+    # A long heartbeat interval: only the completion's compare-and-set notices the theft.
+    run = env.new_run(
+        HttpTarget(url=f"{base}/hold/fence"),
+        lease=timedelta(seconds=30),
+        heartbeat=timedelta(seconds=10),
+    )
+    w = worker()
+    env.publish(run)
+    assert arrived.wait(WAIT)
+    new_token = _steal_lease(env, run.run_id)
+    release.set()
+
+    (fenced,) = wait_for(lambda: env.fenced(run.run_id), "the rejected completion")
+    assert (fenced.attempt, fenced.worker, fenced.outcome) == (1, w.config.worker_id, "succeeded")
+    assert fenced.lease_token != new_token
+    row = env.run_row(run.run_id)
+    assert (row.state, row.lease_token) == ("running", new_token)  # untouched by the zombie
+    assert env.attempts(run.run_id)[0].outcome is None
+    wait_for(lambda: w.service.stats["completion_fenced"] == 1, "the worker's count")
+
+
+def test_lost_lease_stops_the_execution_without_completing(
+    env: Env, worker: Callable[..., InProcessWorker], target: tuple[Target_, str]
+) -> None:
+    recorder, base = target
+    arrived, _release = recorder.hold("lost")
+    run = env.new_run(
+        HttpTarget(url=f"{base}/hold/lost", timeout=timedelta(seconds=25)),
+        lease=timedelta(seconds=3),
+        heartbeat=timedelta(milliseconds=300),
+    )
+    w = worker()
+    env.publish(run)
+    assert arrived.wait(WAIT)
+    started = time.monotonic()
+    new_token = _steal_lease(env, run.run_id)
+
+    wait_for(lambda: w.service.stats["lease_lost"] == 1, "the worker to fence itself")
+    assert time.monotonic() - started < 3.0  # the next heartbeat noticed, not the timeout
+    assert env.fenced(run.run_id) == []  # it did not even try to complete
+    row = env.run_row(run.run_id)
+    assert (row.state, row.lease_token) == ("running", new_token)
+
+
+def test_kafka_target_emits_the_record_with_duetime_headers(
+    env: Env, worker: Callable[..., InProcessWorker]
+) -> None:
+    user_topic = f"user-{uuid.uuid4().hex[:8]}"
+    create_topics(env.settings, [TopicSpec(user_topic, 1)])
+    run = env.new_run(KafkaTarget(topic=user_topic, key="order-7", value='{"bill": true}'))
+    worker()
+    env.publish(run)
+    wait_for(state_is(env, run.run_id, "succeeded"), "the run to succeed")
+    (record,) = read_topic(env.settings, user_topic, 1, 1)
+    assert (record.key(), record.value()) == (b"order-7", b'{"bill": true}')
+    headers = dict(record.headers())
+    assert headers["Idempotency-Key"] == f"{run.run_id}:1".encode()
+    assert headers["X-Duetime-Attempt"] == b"1"
+
+
+def test_kafka_target_on_an_internal_topic_is_refused(
+    env: Env, worker: Callable[..., InProcessWorker]
+) -> None:
+    run = env.new_run(KafkaTarget(topic=env.catalog.ready, value="forged"))
+    worker()
+    env.publish(run)
+    row = wait_for(state_is(env, run.run_id, "dead"), "the run to die")
+    assert "internal to duetime" in row.last_error
+
+
+def test_entry_point_runs_until_sigterm_and_exits_cleanly(
+    env: Env, target: tuple[Target_, str]
+) -> None:
+    _, base = target
+    run = env.new_run(HttpTarget(url=f"{base}/ok/cli"))
+    env.publish(run)
+    child_env = {
+        **os.environ,
+        "DUETIME_DATABASE_URL": env.settings.database_url,
+        "DUETIME_KAFKA_BOOTSTRAP": env.settings.kafka_bootstrap,
+        "DUETIME_TOPIC_PREFIX": env.settings.topic_prefix,
+        "DUETIME_ALLOW_PRIVATE_TARGETS": "1",
+        "DUETIME_WORKER_ID": "cli-worker",
+        "DUETIME_DATA_DIR": str(env.settings.data_dir),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "duetime_workers", "--concurrency", "2"],
+        env=child_env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        row = wait_for(state_is(env, run.run_id, "succeeded"), "the run to succeed")
+        assert row.worker == "cli-worker"
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=WAIT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stderr
+    lines = stderr.splitlines()
+    assert any(" worker.started " in line for line in lines)
+    assert any(" run.claimed " in line and str(run.run_id) in line for line in lines)
+    assert any(" run.succeeded " in line and "tenant=acme" in line for line in lines)
+    assert any(" worker.stopped " in line for line in lines), stderr

@@ -1,0 +1,393 @@
+"""The attempt pipeline with in-memory ports: claim, lease keeping, self-fencing, completion.
+
+Leases here are about a second long so that the lease logic runs for real (monotonic clock,
+asyncio timers) while the tests stay fast; they wait on events, not on fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from duetime.errors import StoreError
+from duetime.events import RunHeartbeat, RunResult
+from duetime.model import HttpTarget, RunEvent
+from duetime.store import Claim
+from duetime_workers.attempt import AttemptRunner
+from duetime_workers.blocking import BlockingCalls
+from duetime_workers.config import WorkerConfig
+from duetime_workers.outcome import AttemptOutcome, OutcomeKind, final, retryable
+
+SCHEDULED = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _run(
+    attempt: int = 1, max_attempts: int = 3, lease_s: float = 1.0, hb_s: float = 0.2
+) -> RunEvent:
+    return RunEvent(
+        run_id=uuid.uuid4(),
+        job_id="job-1",
+        tenant="acme",
+        scheduled_for=SCHEDULED,
+        due_at=SCHEDULED,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        target_service="svc",
+        target=HttpTarget(url="https://example.com/hook"),
+        lease=timedelta(seconds=lease_s),
+        heartbeat_interval=timedelta(seconds=hb_s),
+    )
+
+
+@dataclass
+class FakeStore:
+    """The worker's three statements with the same compare-and-set rules as queries.sql."""
+
+    state: str = "scheduled"
+    attempt: int = 0
+    token: uuid.UUID | None = None
+    claim_errors: int = 0
+    heartbeat_hang: threading.Event | None = None  # set() releases hung heartbeats
+    complete_errors: int = 0
+    heartbeats: int = 0
+    completions: list[dict[str, Any]] = field(default_factory=list)
+    fenced: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def runs_claim(
+        self,
+        run_id: uuid.UUID,
+        scheduled_for: datetime,
+        attempt: int,
+        worker: str,
+        lease: timedelta,
+    ) -> Claim | None:
+        with self.lock:
+            if self.claim_errors:
+                self.claim_errors -= 1
+                raise StoreError("database error: OperationalError: connection refused")
+            if self.state != "scheduled" or self.attempt != attempt - 1:
+                return None
+            self.state, self.attempt, self.token = "running", attempt, uuid.uuid4()
+            now = datetime.now(UTC)
+            return Claim(attempt, self.token, now + lease, now)
+
+    def runs_heartbeat(
+        self,
+        run_id: uuid.UUID,
+        scheduled_for: datetime,
+        lease_token: uuid.UUID,
+        lease: timedelta,
+        progress: str | None = None,
+    ) -> datetime | None:
+        if self.heartbeat_hang is not None:
+            self.heartbeat_hang.wait()  # a silent partition: the call neither fails nor returns
+        with self.lock:
+            self.heartbeats += 1
+            if self.state != "running" or lease_token != self.token:
+                return None
+            return datetime.now(UTC) + lease
+
+    def runs_complete(self, **kwargs: Any) -> bool:
+        with self.lock:
+            if self.complete_errors:
+                self.complete_errors -= 1
+                raise StoreError("database error: OperationalError: server closed the connection")
+            if self.state != "running" or kwargs["lease_token"] != self.token:
+                self.fenced.append(kwargs)
+                return False
+            self.state, self.token = kwargs["state"], None
+            self.completions.append(kwargs)
+            return True
+
+    def steal(self) -> None:
+        """What the reaper does to an expired lease: the token changes hands."""
+        with self.lock:
+            self.token = uuid.uuid4()
+
+
+@dataclass
+class FakeEvents:
+    heartbeats: list[RunHeartbeat] = field(default_factory=list)
+    results: list[RunResult] = field(default_factory=list)
+
+    def heartbeat(self, heartbeat: RunHeartbeat) -> None:
+        self.heartbeats.append(heartbeat)
+
+    def result(self, result: RunResult) -> None:
+        self.results.append(result)
+
+
+class FakeTargets:
+    """Returns ``outcome``; with ``hold`` it waits until released (or cancelled)."""
+
+    def __init__(self, outcome: AttemptOutcome | Exception, hold: bool = False) -> None:
+        self.outcome = outcome
+        self.calls: list[int] = []
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+        self.cancelled = False
+        self._hold = hold
+
+    async def execute(self, run: RunEvent, attempt: int) -> AttemptOutcome:
+        self.calls.append(attempt)
+        self.started.set()
+        try:
+            if self._hold:
+                await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        if isinstance(self.outcome, Exception):
+            raise self.outcome
+        return self.outcome
+
+
+OK = AttemptOutcome(OutcomeKind.SUCCEEDED, status_code=200)
+
+
+@pytest.fixture
+async def calls() -> AsyncIterator[BlockingCalls]:
+    pool = BlockingCalls(max_workers=8, name="test-db")
+    yield pool
+    pool.shutdown()
+
+
+def _runner(
+    store: FakeStore,
+    events: FakeEvents,
+    targets: FakeTargets,
+    calls: BlockingCalls,
+    *,
+    stopping: asyncio.Event | None = None,
+    backoff: Callable[[RunEvent, int], timedelta] = lambda run, n: timedelta(seconds=7),
+    **config: Any,
+) -> AttemptRunner:
+    settings = replace(WorkerConfig(worker_id="w-test"), **config)
+    return AttemptRunner(
+        config=settings,
+        store=store,
+        events=events,
+        targets=targets,
+        calls=calls,
+        stopping=stopping or asyncio.Event(),
+        backoff=backoff,
+    )
+
+
+async def test_success(calls: BlockingCalls) -> None:
+    store, events, targets = FakeStore(), FakeEvents(), FakeTargets(OK)
+    report = await _runner(store, events, targets, calls).run(_run())
+    assert (report.status, report.commit) == ("succeeded", True)
+    assert targets.calls == [1]
+    (done,) = store.completions
+    assert (done["state"], done["outcome"], done["status_code"], done["worker"]) == (
+        "succeeded",
+        "succeeded",
+        200,
+        "w-test",
+    )
+    (result,) = events.results
+    assert (result.outcome, result.state, result.attempt, result.tenant) == (
+        "succeeded",
+        "succeeded",
+        1,
+        "acme",
+    )
+
+
+async def test_duplicate_message_claims_nothing(calls: BlockingCalls) -> None:
+    store, events, targets = FakeStore(state="succeeded", attempt=1), FakeEvents(), FakeTargets(OK)
+    report = await _runner(store, events, targets, calls).run(_run())
+    assert (report.status, report.commit) == ("claim_skipped", True)
+    assert targets.calls == [] and events.results == []
+
+
+async def test_retryable_failure_schedules_a_retry_after_backoff(calls: BlockingCalls) -> None:
+    store, events = FakeStore(), FakeEvents()
+    report = await _runner(store, events, FakeTargets(retryable("HTTP 500", 500)), calls).run(
+        _run()
+    )
+    assert report.status == "retry_scheduled"
+    (done,) = store.completions
+    assert (done["state"], done["outcome"], done["retry_delay"]) == (
+        "scheduled",
+        "failed",
+        timedelta(seconds=7),
+    )
+    assert events.results[0].state == "scheduled"
+
+
+async def test_retry_after_longer_than_backoff_wins(calls: BlockingCalls) -> None:
+    store = FakeStore()
+    slow_down = AttemptOutcome(OutcomeKind.RETRYABLE, "HTTP 429", 429, timedelta(minutes=5))
+    await _runner(store, FakeEvents(), FakeTargets(slow_down), calls).run(_run())
+    assert store.completions[0]["retry_delay"] == timedelta(minutes=5)
+
+
+async def test_last_attempt_failure_is_dead(calls: BlockingCalls) -> None:
+    store = FakeStore(attempt=2)
+    report = await _runner(store, FakeEvents(), FakeTargets(retryable("boom")), calls).run(
+        _run(attempt=3, max_attempts=3)
+    )
+    assert report.status == "dead"
+    assert store.completions[0]["state"] == "dead"
+
+
+async def test_final_failure_is_dead(calls: BlockingCalls) -> None:
+    store = FakeStore()
+    report = await _runner(store, FakeEvents(), FakeTargets(final("HTTP 400", 400)), calls).run(
+        _run()
+    )
+    assert report.status == "dead"
+    assert (store.completions[0]["error"], store.completions[0]["status_code"]) == ("HTTP 400", 400)
+
+
+async def test_executor_bug_fails_the_attempt_instead_of_leaking_the_lease(
+    calls: BlockingCalls,
+) -> None:
+    store = FakeStore()
+    report = await _runner(store, FakeEvents(), FakeTargets(RuntimeError("bug")), calls).run(_run())
+    assert report.status == "retry_scheduled"
+    assert store.completions[0]["error"] == "internal worker error: RuntimeError"
+
+
+async def test_heartbeats_renew_and_are_announced(calls: BlockingCalls) -> None:
+    store, events, targets = FakeStore(), FakeEvents(), FakeTargets(OK, hold=True)
+    task = asyncio.create_task(_runner(store, events, targets, calls).run(_run(hb_s=0.05)))
+    await _until(lambda: len(events.heartbeats) >= 3)
+    targets.release.set()
+    assert (await task).status == "succeeded"
+    beat = events.heartbeats[0]
+    assert (beat.attempt, beat.worker) == (1, "w-test")
+    assert beat.lease_expires_at > datetime.now(UTC)
+
+
+async def test_lease_taken_away_cancels_the_execution_and_nothing_completes(
+    calls: BlockingCalls,
+) -> None:
+    store, events, targets = FakeStore(), FakeEvents(), FakeTargets(OK, hold=True)
+    task = asyncio.create_task(_runner(store, events, targets, calls).run(_run(hb_s=0.05)))
+    await targets.started.wait()
+    store.steal()
+    report = await asyncio.wait_for(task, timeout=5)
+    assert (report.status, report.commit) == ("lease_lost", True)
+    assert targets.cancelled
+    assert store.completions == [] and store.fenced == []
+    (result,) = events.results
+    assert (result.outcome, result.state) == ("fenced", "unknown")
+
+
+async def test_silent_database_partition_self_fences_before_the_lease_ends(
+    calls: BlockingCalls,
+) -> None:
+    hang = threading.Event()
+    store, targets = FakeStore(heartbeat_hang=hang), FakeTargets(OK, hold=True)
+    started = time.monotonic()
+    try:
+        report = await asyncio.wait_for(
+            _runner(store, FakeEvents(), targets, calls).run(_run(lease_s=1.0, hb_s=0.2)), 5
+        )
+        elapsed = time.monotonic() - started
+    finally:
+        hang.set()
+    assert report.status == "lease_lost"
+    assert targets.cancelled
+    # The local deadline is lease - margin (1.0 - 0.5 s) after the claim was sent: the worker
+    # stops before the database would let the reaper hand the run to someone else.
+    assert 0.45 <= elapsed < 1.0
+    assert store.completions == []
+
+
+async def test_completion_with_a_stale_token_is_fenced(calls: BlockingCalls) -> None:
+    store, events, targets = FakeStore(), FakeEvents(), FakeTargets(OK, hold=True)
+    # A long heartbeat interval: the theft is only discovered by the completion.
+    task = asyncio.create_task(
+        _runner(store, events, targets, calls).run(_run(lease_s=30, hb_s=10))
+    )
+    await targets.started.wait()
+    store.steal()
+    targets.release.set()
+    report = await task
+    assert report.status == "completion_fenced"
+    assert store.completions == [] and len(store.fenced) == 1
+    assert events.results[0].outcome == "fenced"
+
+
+async def test_completion_is_retried_through_database_errors(calls: BlockingCalls) -> None:
+    store = FakeStore(complete_errors=2)
+    report = await _runner(store, FakeEvents(), FakeTargets(OK), calls).run(_run(lease_s=5))
+    assert report.status == "succeeded"
+    assert len(store.completions) == 1
+
+
+async def test_completion_that_never_lands_is_left_to_the_reaper(calls: BlockingCalls) -> None:
+    store = FakeStore(complete_errors=1000)
+    report = await asyncio.wait_for(
+        _runner(store, FakeEvents(), FakeTargets(OK), calls).run(_run(lease_s=1.0)), 5
+    )
+    assert (report.status, report.commit) == ("completion_failed", True)
+
+
+async def test_claim_is_retried_through_database_errors(calls: BlockingCalls) -> None:
+    store, targets = FakeStore(claim_errors=2), FakeTargets(OK)
+    report = await _runner(store, FakeEvents(), targets, calls).run(_run())
+    assert report.status == "succeeded"
+    assert targets.calls == [1]
+
+
+async def test_claim_gives_up_and_commits_for_the_sweeper(calls: BlockingCalls) -> None:
+    store = FakeStore(claim_errors=1000)
+    runner = _runner(
+        store, FakeEvents(), FakeTargets(OK), calls, claim_give_up=timedelta(milliseconds=300)
+    )
+    report = await asyncio.wait_for(runner.run(_run()), 5)
+    assert (report.status, report.commit) == ("claim_failed", True)
+
+
+async def test_shutdown_abandons_a_failing_claim_without_commit(calls: BlockingCalls) -> None:
+    stopping = asyncio.Event()
+    stopping.set()
+    runner = _runner(
+        FakeStore(claim_errors=1000), FakeEvents(), FakeTargets(OK), calls, stopping=stopping
+    )
+    report = await runner.run(_run())
+    assert (report.status, report.commit) == ("abandoned", False)
+
+
+async def test_claim_call_that_hangs_hits_its_deadline(calls: BlockingCalls) -> None:
+    release = threading.Event()
+
+    class HangingClaim(FakeStore):
+        def runs_claim(self, *args: Any, **kwargs: Any) -> Claim | None:
+            release.wait()
+            return None
+
+    runner = _runner(
+        HangingClaim(),
+        FakeEvents(),
+        FakeTargets(OK),
+        calls,
+        db_call_timeout=timedelta(milliseconds=100),
+        claim_give_up=timedelta(milliseconds=250),
+    )
+    try:
+        report = await asyncio.wait_for(runner.run(_run()), 5)
+    finally:
+        release.set()
+    assert report.status == "claim_failed"
+
+
+async def _until(condition: Callable[[], bool], within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)

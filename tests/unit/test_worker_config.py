@@ -1,0 +1,73 @@
+"""Worker settings from the environment and the command line."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from duetime.errors import ConfigError
+from duetime_workers.config import WorkerConfig
+from duetime_workers.service import build_config, parser
+
+
+def test_defaults() -> None:
+    config = WorkerConfig.from_env({})
+    assert config.concurrency == 16
+    assert config.allow_private_targets is False
+    assert config.group_id == "duetime-workers"
+    assert config.user_agent.startswith("duetime-worker/")
+    assert "-" in config.worker_id  # hostname-pid
+
+
+def test_environment() -> None:
+    config = WorkerConfig.from_env(
+        {
+            "DUETIME_WORKER_ID": "w-7",
+            "DUETIME_WORKER_CONCURRENCY": "4",
+            "DUETIME_ALLOW_PRIVATE_TARGETS": "1",
+            "DUETIME_WORKER_SHUTDOWN_GRACE": "2.5",
+        }
+    )
+    assert (config.worker_id, config.concurrency, config.allow_private_targets) == ("w-7", 4, True)
+    assert config.shutdown_grace == timedelta(seconds=2.5)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"DUETIME_WORKER_CONCURRENCY": "0"},
+        {"DUETIME_WORKER_CONCURRENCY": "many"},
+        {"DUETIME_ALLOW_PRIVATE_TARGETS": "perhaps"},
+        {"DUETIME_WORKER_SHUTDOWN_GRACE": "-1"},
+    ],
+)
+def test_bad_environment_is_a_config_error(env: dict[str, str]) -> None:
+    with pytest.raises(ConfigError):
+        WorkerConfig.from_env(env)
+
+
+def test_command_line_overrides_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DUETIME_WORKER_CONCURRENCY", "4")
+    monkeypatch.delenv("DUETIME_ALLOW_PRIVATE_TARGETS", raising=False)
+    args = parser().parse_args(
+        ["--worker-id", "cli", "--concurrency", "2", "--allow-private-targets"]
+    )
+    config = build_config(args)
+    assert (config.worker_id, config.concurrency, config.allow_private_targets) == ("cli", 2, True)
+
+
+def test_main_is_the_registered_entry_point() -> None:
+    from importlib.metadata import entry_points
+
+    (worker,) = [e for e in entry_points(group="duetime.services") if e.name == "worker"]
+    assert worker.value == "duetime_workers.service:main"
+    from duetime_workers import main
+
+    assert worker.load() is main
+
+
+def test_public_api() -> None:
+    import duetime_workers
+
+    assert sorted(duetime_workers.__all__) == ["WorkerConfig", "WorkerService", "main"]
