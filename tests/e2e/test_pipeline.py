@@ -40,13 +40,13 @@ def test_interval_job_gets_exactly_one_run_per_occurrence(
     first = pipeline.wait_until(
         "the first run",
         lambda: (
-            pipeline.sql("SELECT min(scheduled_for) AS t FROM runs WHERE job_id='every-2s'")[0].t
+            pipeline.sql("SELECT min(scheduled_for) AS ts FROM runs WHERE job_id='every-2s'")[0].ts
         ),
         timeout=30,
     )
     time.sleep(30)
     pipeline.sql("UPDATE jobs SET paused = true WHERE job_id = 'every-2s'")
-    last = pipeline.sql("SELECT max(scheduled_for) AS t FROM runs WHERE job_id='every-2s'")[0].t
+    last = pipeline.sql("SELECT max(scheduled_for) AS ts FROM runs WHERE job_id='every-2s'")[0].ts
 
     def all_finished() -> bool:
         rows = pipeline.sql(
@@ -165,4 +165,4 @@ def test_worker_killed_mid_run_is_retried_and_succeeds(
     assert [(a.attempt, a.outcome) for a in attempts] == [(1, "lease_expired"), (2, "succeeded")]
     keys = [r.headers["Idempotency-Key"] for r in http_target.matching("/slow-first/x")]
     assert keys == [f"{run.run_id}:1", f"{run.run_id}:2"]
-    assert timedelta(0) <= run.finished_at - run.scheduled_for < timedelta(seconds=60)
+    assert timedelta(0) <= run.finished_at - run.created_at < timedelta(seconds=60)
