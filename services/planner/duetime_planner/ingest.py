@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from duetime.bus.kafka import DeliveryTracker
 from duetime.bus.records import JOB_DEFINITIONS, JOB_REJECTIONS
@@ -80,7 +80,12 @@ class JobIngest:
                 writes = jobs_apply(tx, accepted, self.cache)
             for write in writes:
                 event(log, f"job.{write.action}", job_id=write.job_id, version=write.version)
-        self.consumer.commit(asynchronous=False)
+        try:
+            self.consumer.commit(asynchronous=False)
+        except KafkaException as exc:
+            # Only error events (e.g. partition EOF) in this batch: there is nothing to commit.
+            if exc.args[0].code() != KafkaError._NO_OFFSET:
+                raise BusError(f"cannot commit jobs-topic offsets: {exc}") from exc
         return IngestStats(accepted=len(accepted), rejected=len(rejected))
 
     def _decode(self, msg: Any) -> JobDefinition | JobTombstone:

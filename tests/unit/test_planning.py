@@ -1,0 +1,64 @@
+"""The planner's pure decisions: occurrences up to the lookahead, catch-up, windows, first run."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from duetime.model import run_id_for
+from duetime.planning import initial_next_run_at, plan_job
+from duetime.schedule import ScheduleCache, ScheduleSpec, compile_schedule
+
+NOW = datetime(2026, 12, 3, 10, 0, 0, tzinfo=UTC)
+EVERY_10S = ScheduleSpec(kind="interval", expression="PT10S")
+
+
+def _plan(next_run_at: datetime, catch_up: str = "once", window: timedelta = timedelta(0)):  # type: ignore[no-untyped-def]
+    return plan_job(
+        job_id="j",
+        spec=EVERY_10S,
+        window=window,
+        catch_up=catch_up,
+        max_catch_up=5,
+        next_run_at=next_run_at,
+        now=NOW,
+        lookahead=timedelta(seconds=30),
+        cache=ScheduleCache(),
+    )
+
+
+def test_on_time_job_gets_every_occurrence_up_to_the_lookahead() -> None:
+    plan = _plan(NOW)
+    assert [r.scheduled_for for r in plan.runs] == [
+        NOW + timedelta(seconds=s) for s in (0, 10, 20, 30)
+    ]
+    assert plan.next_run_at == NOW + timedelta(seconds=40)
+    assert all(r.run_id == run_id_for("j", r.scheduled_for) for r in plan.runs)
+    assert all(r.due_at == r.scheduled_for for r in plan.runs)
+
+
+def test_catch_up_policies_after_an_hour_outage() -> None:
+    missed_since = NOW - timedelta(hours=1)
+    on_time = [NOW + timedelta(seconds=s) for s in (-60, -50, -40, -30, -20, -10, 0, 10, 20, 30)]
+    once = _plan(missed_since, "once")
+    skip = _plan(missed_since, "skip")
+    everything = _plan(missed_since, "all")
+    # Missed = older than the on-time grace (60 s): `once` keeps the newest missed, `all` at most 5.
+    assert [r.scheduled_for for r in skip.runs] == on_time
+    assert [r.scheduled_for for r in once.runs] == [NOW - timedelta(seconds=70), *on_time]
+    assert len(everything.runs) == 5 + len(on_time)
+    assert once.next_run_at == skip.next_run_at == everything.next_run_at
+
+
+def test_window_jitter_is_deterministic_and_before_the_next_occurrence() -> None:
+    a = _plan(NOW, window=timedelta(seconds=8))
+    b = _plan(NOW, window=timedelta(seconds=8))
+    assert a == b
+    for run in a.runs:
+        assert run.scheduled_for <= run.due_at < run.scheduled_for + timedelta(seconds=8)
+
+
+def test_first_run_of_a_new_job() -> None:
+    cron = compile_schedule(ScheduleSpec(kind="cron", expression="0 * * * *"))
+    assert initial_next_run_at(cron, NOW) == NOW + timedelta(hours=1)
+    past = compile_schedule(ScheduleSpec(kind="at", expression="2020-01-01T00:00:00Z"))
+    assert initial_next_run_at(past, NOW) == datetime(2020, 1, 1, tzinfo=UTC)
