@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Hashable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Generic, TypeVar
 
@@ -72,7 +72,6 @@ class _Level(Generic[K, V]):
     # Bit i set <=> slots[i] is not empty: finding the next busy slot is a few integer operations
     # instead of a scan, which keeps long idle stretches cheap to skip.
     occupied: int = 0
-    count: int = field(default=0)
 
 
 class TimingWheel(Generic[K, V]):
@@ -152,7 +151,7 @@ class TimingWheel(Generic[K, V]):
         entry.removed = True
         if entry.slot is not None:
             del entry.slot[key]
-            self._note_taken(entry.level, entry.slot, entry.tick)
+            self._update_occupancy(entry.level, entry.slot, entry.tick)
             entry.slot = None
         return entry.item
 
@@ -207,17 +206,14 @@ class TimingWheel(Generic[K, V]):
                 slot[entry.key] = entry
                 entry.slot, entry.level = slot, number
                 level.occupied |= 1 << index
-                level.count += 1
                 return
         entry.slot, entry.level = None, -1
         heapq.heappush(self._overflow, (tick, entry.seq, entry))
 
-    def _note_taken(self, number: int, slot: dict[K, _Entry[K, V]], tick: int) -> None:
-        level = self._levels[number]
-        level.count -= 1
+    def _update_occupancy(self, number: int, slot: dict[K, _Entry[K, V]], tick: int) -> None:
         if not slot:
             index = (tick >> (self._bits * number)) & self._mask
-            level.occupied &= ~(1 << index)
+            self._levels[number].occupied &= ~(1 << index)
 
     def _next_event_tick(self) -> int | None:
         """The first tick after the current one at which a slot cascades or drains."""
@@ -264,7 +260,6 @@ class TimingWheel(Generic[K, V]):
                 continue
             entries = list(slot.values())
             slot.clear()
-            level.count -= len(entries)
             level.occupied &= ~(1 << index)
             for entry in entries:
                 self._place(entry)

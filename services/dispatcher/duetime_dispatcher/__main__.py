@@ -1,0 +1,5 @@
+"""``python -m duetime_dispatcher``: run the dispatcher in the foreground."""
+
+from duetime_dispatcher.service import main
+
+raise SystemExit(main())

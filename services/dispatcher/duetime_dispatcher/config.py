@@ -1,0 +1,116 @@
+"""The dispatcher's knobs: a frozen config with defaults and validation, and the faust settings.
+
+faust's settings are derived here, in one place, because several of them are load-bearing for
+correctness rather than tuning (see :func:`faust_settings`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from duetime.bus.topics import TopicCatalog
+from duetime.config import Settings
+from duetime.errors import ConfigError
+
+__all__ = ["DispatcherConfig", "faust_settings"]
+
+
+@dataclass(frozen=True)
+class DispatcherConfig:
+    """How the dispatcher batches, sleeps, de-duplicates and reports.
+
+    Attributes:
+        max_batch: records taken from the stream per step (the hot path is batched: one event at
+            a time tops out near 7k records/s here).
+        batch_within: how long a step waits to fill its batch.
+        max_sleep: the longest the release loop sleeps between looks at the wheel.
+        dedup_window: how long a released (run_id, attempt) still drops copies (see
+            :mod:`duetime_dispatcher.holding` for why it is short).
+        tick: the timing wheel's resolution (precision is exact regardless).
+        commit_interval: how often faust commits the acked prefix of each partition.
+        retry_interval: how long after the broker refused a release it is tried again.
+        publish_timeout: the longest one release round waits for the broker's acknowledgements;
+            above librdkafka's ``message.timeout.ms`` (30 s), so every record gets its report.
+        stats_interval: how often the ``dispatcher.stats`` line is written.
+        max_hold: the furthest ahead a run may be due and still be held. A run due later is
+            logged (``run.too_far``) and acked without being held: held, it would pin its
+            partition's committed offset; the planner re-publishes it when it is due. faust's
+            "no commit in a while" livelock warning is pushed beyond this horizon.
+    """
+
+    max_batch: int = 1000
+    batch_within: timedelta = timedelta(milliseconds=50)
+    max_sleep: timedelta = timedelta(milliseconds=50)
+    dedup_window: timedelta = timedelta(seconds=60)
+    tick: timedelta = timedelta(milliseconds=10)
+    commit_interval: timedelta = timedelta(seconds=1)
+    retry_interval: timedelta = timedelta(seconds=1)
+    publish_timeout: timedelta = timedelta(seconds=35)
+    stats_interval: timedelta = timedelta(seconds=10)
+    max_hold: timedelta = timedelta(hours=2)
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1:
+            raise ConfigError("dispatcher max_batch must be at least 1")
+        positive = {
+            "batch_within": self.batch_within,
+            "max_sleep": self.max_sleep,
+            "tick": self.tick,
+            "commit_interval": self.commit_interval,
+            "retry_interval": self.retry_interval,
+            "publish_timeout": self.publish_timeout,
+            "stats_interval": self.stats_interval,
+            "max_hold": self.max_hold,
+        }
+        for name, value in positive.items():
+            if value <= timedelta(0):
+                raise ConfigError(f"dispatcher {name} must be positive")
+        if self.dedup_window < timedelta(0):
+            raise ConfigError("dispatcher dedup_window must not be negative")
+
+
+def faust_settings(
+    settings: Settings, config: DispatcherConfig, catalog: TopicCatalog
+) -> dict[str, Any]:
+    """Keyword arguments for ``faust.App``.
+
+    The ones that matter for correctness:
+
+    * ``stream_wait_empty=False``: by default faust waits, at every rebalance and at shutdown,
+      until every event read has been acked. The dispatcher holds events unacked until their runs
+      are due, so that wait would stall a rebalance for up to an hour.
+    * ``processing_guarantee="at_least_once"``: exactly-once needs Kafka transactions, which
+      duetime does not use (and the local broker cannot do).
+    * ``topic_allow_declare=False`` and ``topic_disable_leader=True``: topics are created
+      explicitly at start-up with their partitions; faust must not declare any (the local broker
+      would auto-create them with 4 partitions).
+    * ``broker_commit_livelock_soft_timeout``: a partition whose oldest run is due in an hour
+      does not commit for an hour, by design; faust would log that as a livelock.
+    """
+    brokers = [f"kafka://{host.strip()}" for host in settings.require_kafka().split(",")]
+    conf: dict[str, Any] = {
+        "broker": brokers,
+        "processing_guarantee": "at_least_once",
+        "topic_partitions": catalog.partitions,
+        "topic_allow_declare": False,
+        "topic_disable_leader": True,
+        "web_enabled": False,
+        "store": "memory://",
+        "autodiscover": False,
+        "stream_wait_empty": False,
+        "consumer_auto_offset_reset": "earliest",
+        "broker_commit_interval": config.commit_interval.total_seconds(),
+        "broker_commit_livelock_soft_timeout": config.max_hold.total_seconds(),
+        "datadir": str(Path(settings.data_dir) / "dispatcher"),
+    }
+    if settings.profile == "local":
+        # shared/KAFKA.md §3: the session timeout alone decides the join time on the local broker.
+        conf.update(
+            broker_session_timeout=6.0,
+            broker_heartbeat_interval=1.0,
+            broker_rebalance_timeout=10.0,
+        )
+    return conf

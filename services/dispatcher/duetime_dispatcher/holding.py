@@ -1,0 +1,302 @@
+"""The dispatcher's core: hold runs until due, drop duplicates, and say which records may be acked.
+
+Pure and clock-free (every method that needs the time takes ``now``), so unit tests drive it with
+a fake clock and fake tokens; the faust glue in :mod:`duetime_dispatcher.app` feeds it events.
+
+A record's life::
+
+    receive --held--> (wheel) --due--> in flight --delivered--> settled --ackable--> acked
+       |                                   |
+       |                                   +--failed--> (wheel again, retried after a pause)
+       +--duplicate / undecodable / too far--> settled at once (acked behind its partition's
+                                               earlier records)
+
+De-duplication is on ``(run_id, attempt)``: a run held or in flight drops later copies, and so does
+one released less than ``dedup_window`` ago. The window covers the commit lag (records released
+and acked but not yet committed are read again after a rebalance); it is kept short because a run
+the planner re-publishes on purpose (its sweeper, when nothing claimed the run) must get through.
+Downstream, the worker's claim compare-and-set drops whatever duplicates remain.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Generic, TypeVar
+
+from duetime.model import RunEvent
+from duetime.timing_wheel import TimingWheel
+
+from .ledger import Claim, OffsetLedger, Partition
+
+__all__ = ["Counters", "Holding", "Outcome", "Release", "RunKey", "Source"]
+
+T = TypeVar("T")
+
+#: (run_id, attempt): one attempt of one run, the unit of de-duplication.
+RunKey = tuple[uuid.UUID, int]
+
+_MS = timedelta(milliseconds=1)
+
+
+class Outcome(StrEnum):
+    """What :meth:`Holding.receive` did with a record."""
+
+    HELD = "held"
+    DUPLICATE = "duplicate"
+    UNDECODABLE = "undecodable"
+    #: The consumer went back over a record already tracked; nothing to do.
+    REDELIVERED = "redelivered"
+    #: Due further out than ``max_hold``: acked, not held (the planner re-publishes it).
+    TOO_FAR = "too_far"
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where a record was read: the context of every log line about it."""
+
+    topic: str
+    partition: int
+    offset: int
+
+    @property
+    def tp(self) -> Partition:
+        return (self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class Release(Generic[T]):
+    """A run taken off the wheel at ``taken_at`` and handed to the publisher."""
+
+    run: RunEvent
+    source: Source
+    taken_at: datetime
+    claim: Claim[T]
+    #: The record's value as read: the same Avro encoding of ``run`` under the same schema (the
+    #: codec checked the fingerprint), so the publisher sends it on without encoding it again.
+    payload: bytes | None = None
+
+    @property
+    def key(self) -> RunKey:
+        return (self.run.run_id, self.run.attempt)
+
+
+@dataclass(slots=True)
+class Counters:
+    """Running totals since start; the ``dispatcher.stats`` log line prints them."""
+
+    received: int = 0
+    released: int = 0
+    duplicates: int = 0
+    undecodable: int = 0
+    redelivered: int = 0
+    too_far: int = 0
+    release_failures: int = 0
+    dropped_on_revoke: int = 0
+    lateness_max_ms: float = 0.0
+    lateness_total_ms: float = 0.0
+
+    @property
+    def lateness_mean_ms(self) -> float:
+        return self.lateness_total_ms / self.released if self.released else 0.0
+
+
+@dataclass(eq=False, slots=True)
+class _Held(Generic[T]):
+    run: RunEvent
+    source: Source
+    claim: Claim[T]
+    payload: bytes | None
+
+
+class Holding(Generic[T]):
+    """Runs held until due, keyed by ``(run_id, attempt)``; ``T`` is the ack token (an event).
+
+    Args:
+        start_at: the instant the holding starts at (the wheel's origin).
+        dedup_window: how long a released key still drops copies.
+        max_hold: the furthest ahead of ``now`` a run may be due and still be held.
+        retry_interval: how long after a refused release it is tried again.
+        remember_max: a cap on released keys remembered, whatever their age (bounds memory in a
+            spike: 100k runs a second for a 60 s window would otherwise be 6M keys).
+        tick: the timing wheel's resolution.
+    """
+
+    def __init__(
+        self,
+        start_at: datetime,
+        *,
+        dedup_window: timedelta = timedelta(seconds=60),
+        max_hold: timedelta = timedelta(hours=2),
+        retry_interval: timedelta = timedelta(seconds=1),
+        remember_max: int = 1_000_000,
+        tick: timedelta = timedelta(milliseconds=10),
+    ) -> None:
+        self._now = start_at
+        self._tick = tick
+        self._wheel: TimingWheel[RunKey, _Held[T]] = TimingWheel(start_at, tick=tick)
+        self._ledger: OffsetLedger[T] = OffsetLedger()
+        self._in_flight: dict[RunKey, Release[T]] = {}
+        self._released: OrderedDict[RunKey, datetime] = OrderedDict()
+        self._dedup_window = dedup_window
+        self._max_hold = max_hold
+        self._retry_interval = retry_interval
+        self._remember_max = remember_max
+        self.counters = Counters()
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def receive(
+        self,
+        source: Source,
+        run: RunEvent | None,
+        token: T,
+        now: datetime,
+        payload: bytes | None = None,
+    ) -> Outcome:
+        """Take one record read from ``source`` at ``now``; ``run`` is None when it did not decode.
+
+        Records of one partition must come in offset order. ``payload`` is the record's value,
+        kept so that the due instant costs no encoding.
+        """
+        claim = self._ledger.track(source.tp, source.offset, token)
+        if claim is None:
+            self.counters.redelivered += 1
+            return Outcome.REDELIVERED
+        self.counters.received += 1
+        if run is None:
+            self.counters.undecodable += 1
+            self._ledger.settle(claim)
+            return Outcome.UNDECODABLE
+        key = (run.run_id, run.attempt)
+        if key in self._wheel or key in self._in_flight or key in self._released:
+            self.counters.duplicates += 1
+            self._ledger.settle(claim)
+            return Outcome.DUPLICATE
+        if run.due_at - now > self._max_hold:
+            # Held, it would pin its partition's committed offset until it is due. The planner
+            # publishes only what is due within its lookahead, and its sweeper re-publishes any
+            # run that is due and unclaimed, so acking it loses nothing.
+            self.counters.too_far += 1
+            self._ledger.settle(claim)
+            return Outcome.TOO_FAR
+        self._wheel.add(key, run.due_at, _Held(run, source, claim, payload))
+        return Outcome.HELD
+
+    # -- releasing -----------------------------------------------------------------------------
+
+    def due(self, now: datetime) -> list[Release[T]]:
+        """Take every run due at ``now`` off the wheel, in due order, as in-flight releases."""
+        self._now = max(self._now, now)
+        self._forget_old_releases()
+        releases: list[Release[T]] = []
+        for held in self._wheel.advance(now):
+            release = Release(held.run, held.source, now, held.claim, held.payload)
+            self._in_flight[release.key] = release
+            releases.append(release)
+        return releases
+
+    def delivered(self, release: Release[T], now: datetime) -> timedelta:
+        """The broker acknowledged the release at ``now``: remember its key, settle its record.
+
+        Returns the run's lateness, ``now - due_at``: the run counts as released when it is on
+        ``runs.ready``, so the time spent publishing is part of it.
+        """
+        key = release.key
+        if self._in_flight.get(key) is release:
+            del self._in_flight[key]
+        self._released[key] = now
+        self._released.move_to_end(key)
+        while len(self._released) > self._remember_max:
+            self._released.popitem(last=False)
+        self._ledger.settle(release.claim)
+        counters = self.counters
+        counters.released += 1
+        lateness = now - release.run.due_at
+        lateness_ms = lateness / _MS
+        counters.lateness_total_ms += lateness_ms
+        counters.lateness_max_ms = max(counters.lateness_max_ms, lateness_ms)
+        return lateness
+
+    def failed(self, release: Release[T], now: datetime) -> None:
+        """The broker refused the release at ``now``: hold the run again, to retry it after
+        ``retry_interval`` (a refusal the producer reports at once would otherwise be retried in
+        a busy loop)."""
+        key = release.key
+        if self._in_flight.get(key) is release:
+            del self._in_flight[key]
+        self.counters.release_failures += 1
+        if not release.claim.dropped:
+            held = _Held(release.run, release.source, release.claim, release.payload)
+            self._wheel.add(key, max(release.run.due_at, now + self._retry_interval), held)
+
+    def ackable(self) -> list[T]:
+        """Tokens that may be acked now: the settled prefix of each partition, in offset order."""
+        return self._ledger.ackable()
+
+    # -- rebalancing ---------------------------------------------------------------------------
+
+    def revoke(self, partitions: Iterable[Partition]) -> int:
+        """Drop everything read from ``partitions``; returns how many runs were held.
+
+        Nothing of theirs was acked past the oldest held run, so the next owner (often this same
+        process, after an eager rebalance) reads them again from the committed offset.
+        """
+        revoked = set(partitions)
+        # Every held run has an unacked record in the ledger, so when no other partition has one,
+        # the whole wheel goes (the usual case: an eager rebalance revokes everything).
+        keep_some = bool(self._ledger.partitions() - revoked)
+        self._ledger.drop(revoked)
+        dropped = 0
+        if not keep_some:
+            dropped = len(self._wheel)
+            self._wheel = TimingWheel(self._now, tick=self._tick)
+        else:
+            for key in self._wheel:
+                held = self._wheel.get(key)
+                if held is not None and held.source.tp in revoked:
+                    self._wheel.remove(key)
+                    dropped += 1
+        # Releases still being published no longer stand for their records: if the partition
+        # comes back and the record is read again, it must be held again, not dropped as a copy
+        # of a release that may yet fail (and, its record revoked, would not be retried).
+        for key, release in list(self._in_flight.items()):
+            if release.source.tp in revoked:
+                del self._in_flight[key]
+        self.counters.dropped_on_revoke += dropped
+        return dropped
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def next_due(self) -> datetime | None:
+        """When :meth:`due` can next return something (never later than the earliest due_at)."""
+        return self._wheel.next_due()
+
+    @property
+    def held(self) -> int:
+        return len(self._wheel)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    @property
+    def unacked(self) -> int:
+        """Records read and not yet acked (held, in flight, or waiting behind one that is)."""
+        return len(self._ledger)
+
+    def oldest_unacked(self, partition: Partition) -> int | None:
+        return self._ledger.oldest_unacked(partition)
+
+    def _forget_old_releases(self) -> None:
+        horizon = self._now - self._dedup_window
+        released = self._released
+        while released:
+            key, released_at = next(iter(released.items()))
+            if released_at > horizon:
+                break
+            del released[key]

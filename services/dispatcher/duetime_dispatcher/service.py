@@ -1,0 +1,74 @@
+"""``duetime service dispatcher``: create the topics, then run the faust worker until signalled.
+
+SIGINT and SIGTERM stop it cleanly: the consumer commits the acked prefix of each partition,
+the producer flushes, and the process exits 0. Runs still held were never acked, so whichever
+dispatcher owns their partitions next reads them again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+import sys
+from collections.abc import Sequence
+
+import faust
+
+from duetime.bus.kafka import create_topics
+from duetime.config import load_settings
+from duetime.errors import DuetimeError
+from duetime.logs import configure_logging, event
+
+from .app import Dispatcher
+from .config import DispatcherConfig
+
+__all__ = ["main"]
+
+log = logging.getLogger("duetime.dispatcher")
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="duetime service dispatcher",
+        description="Release runs from the due topics to runs.ready at their due time.",
+    )
+    parser.add_argument("--log-level", default=None, help="default: $DUETIME_LOG_LEVEL or INFO")
+    parser.add_argument("--max-batch", type=int, default=DispatcherConfig.max_batch)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the dispatcher in the foreground; returns the process exit code."""
+    args = _parse(argv)
+    configure_logging("dispatcher", args.log_level)
+    # The dispatcher keeps every held run alive for up to hours: hundreds of thousands of
+    # long-lived objects. With the default thresholds (700, 10, 10) the collector runs a full
+    # pass over all of them again and again while a spike allocates its releases (measured: 30k
+    # due runs took 0.28 s to take off the wheel instead of 0.07 s).
+    gc.set_threshold(100_000, 50, 100)
+    try:
+        settings = load_settings()
+        config = DispatcherConfig(max_batch=args.max_batch)
+        create_topics(settings)
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        dispatcher = Dispatcher(settings, config)
+    except DuetimeError as exc:
+        event(log, "dispatcher.failed", logging.ERROR, reason=str(exc))
+        return 1
+    worker = faust.Worker(
+        dispatcher.app,
+        quiet=True,
+        # Keep duetime's log format (configure_logging above) and stdout untouched.
+        override_logging=False,
+        redirect_stdouts=False,
+        stdout=sys.stderr,
+    )
+    # The progress spinner writes terminal escape codes; logs are the only output we want.
+    worker.spinner = None
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    return 0

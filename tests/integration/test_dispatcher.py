@@ -1,0 +1,348 @@
+"""The dispatcher as a process on the real broker: on time, once, past poison, across a kill -9.
+
+Each test gets its own topic prefix (so its own topics and consumer group) and runs
+``python -m duetime_dispatcher`` as a subprocess, the way the CLI runs it. Timing bounds are
+behaviour bounds with slack for a busy 2-core machine, not benchmarks.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from duetime.bus.kafka import consumer_config, create_topics, producer_config
+from duetime.bus.records import RUN_EVENTS
+from duetime.bus.topics import TopicCatalog
+from duetime.config import Settings
+from duetime.model import HttpTarget, RunEvent
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+#: How late a release may arrive on runs.ready (dispatcher lateness + produce + our consumer).
+LATE_BOUND = timedelta(seconds=1.5)
+WAIT = 30.0
+
+
+@pytest.fixture
+def settings(stack: Any, tmp_path: Path) -> Settings:
+    settings = Settings(
+        database_url=stack.database_url,
+        kafka_bootstrap=stack.kafka_bootstrap,
+        etcd_endpoints=stack.etcd_endpoints,
+        topic_prefix=f"d{uuid.uuid4().hex[:8]}.",
+        profile="local",
+        data_dir=tmp_path / "data",
+    )
+    create_topics(settings)
+    return settings
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class DispatcherProcess:
+    """``python -m duetime_dispatcher`` with its stderr collected line by line."""
+
+    def __init__(self, settings: Settings) -> None:
+        env = {
+            **os.environ,
+            "DUETIME_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+            "DUETIME_DATABASE_URL": settings.database_url,
+            "DUETIME_TOPIC_PREFIX": settings.topic_prefix,
+            "DUETIME_PROFILE": settings.profile,
+            "DUETIME_DATA_DIR": str(settings.data_dir),
+            "DUETIME_LOG_LEVEL": "DEBUG",  # for run.held, which tells us a run is in the wheel
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "duetime_dispatcher"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def events(self, name: str, *needles: str) -> list[str]:
+        """Log lines of event ``name`` containing every needle."""
+        return [
+            line
+            for line in list(self.lines)
+            if f" {name} " in f"{line} " and all(needle in line for needle in needles)
+        ]
+
+    def wait_event(self, name: str, *needles: str, timeout: float = WAIT) -> str:
+        wait_for(
+            lambda: bool(self.events(name, *needles)) or self.proc.poll() is not None,
+            name,
+            timeout,
+        )
+        found = self.events(name, *needles)
+        assert found, f"dispatcher exited ({self.proc.returncode}) before {name}:\n{self.log()}"
+        return found[0]
+
+    def log(self) -> str:
+        return "\n".join(self.lines[-80:])
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = WAIT) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(5)
+        return self.proc.returncode
+
+
+@pytest.fixture
+def dispatchers(settings: Settings) -> Iterator[Callable[[], DispatcherProcess]]:
+    started: list[DispatcherProcess] = []
+
+    def start() -> DispatcherProcess:
+        process = DispatcherProcess(settings)
+        started.append(process)
+        return process
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            process.stop(signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class Arrival:
+    run: RunEvent
+    key: bytes | None
+    created_ms: int  # the record's CreateTime: when the dispatcher produced it
+    arrived_at: datetime
+
+
+class ReadyReader:
+    """Everything on runs.ready from the beginning, with arrival times, read in a thread."""
+
+    def __init__(self, settings: Settings) -> None:
+        topic = TopicCatalog(settings.topic_prefix).ready
+        self._consumer = Consumer(consumer_config(settings, f"test-{uuid.uuid4().hex}"))
+        partitions = self._consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        self.arrivals: list[Arrival] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            msg = self._consumer.poll(0.05)
+            if msg is None or msg.error() is not None:
+                continue
+            headers = cast(list[tuple[str, bytes | None]], msg.headers())
+            run = RUN_EVENTS.decode(msg.value(), headers)
+            self.arrivals.append(Arrival(run, msg.key(), msg.timestamp()[1], datetime.now(UTC)))
+
+    def of(self, run: RunEvent) -> list[Arrival]:
+        return [a for a in list(self.arrivals) if a.run.run_id == run.run_id]
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._consumer.close()
+
+
+@pytest.fixture
+def ready(settings: Settings) -> Iterator[ReadyReader]:
+    reader = ReadyReader(settings)
+    try:
+        yield reader
+    finally:
+        reader.close()
+
+
+def new_run(due_at: datetime, target_service: str = "billing-api") -> RunEvent:
+    return RunEvent(
+        run_id=uuid.uuid4(),
+        job_id=f"job-{uuid.uuid4().hex[:6]}",
+        tenant="acme",
+        scheduled_for=due_at,
+        due_at=due_at,
+        attempt=1,
+        max_attempts=3,
+        target_service=target_service,
+        target=HttpTarget(url="https://example.com/hook"),
+        lease=timedelta(seconds=60),
+        heartbeat_interval=timedelta(seconds=20),
+    )
+
+
+class Publisher:
+    """Produce to the due topics and learn each record's (topic, partition, offset)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.catalog = TopicCatalog(settings.topic_prefix)
+        self._producer = Producer(producer_config(settings, **{"linger.ms": 0}))
+        #: key -> (topic, partition, offset) of each record sent with it, in delivery order
+        self.placed: dict[bytes, list[tuple[str, int, int]]] = {}
+
+    def send(
+        self, tier: str, value: bytes | None, key: bytes, partition: int | None = None
+    ) -> None:
+        def report(err: Any, msg: Any) -> None:
+            assert err is None, err
+            self.placed.setdefault(key, []).append((msg.topic(), msg.partition(), msg.offset()))
+
+        self._producer.produce(
+            self.catalog.due(tier),
+            value,
+            key,
+            partition=-1 if partition is None else partition,  # -1: the partitioner picks
+            headers=RUN_EVENTS.headers() if value is not None else [],
+            on_delivery=report,
+        )
+
+    def run(self, tier: str, run: RunEvent, partition: int | None = None) -> tuple[str, int, int]:
+        key = str(run.run_id).encode()
+        self.send(tier, RUN_EVENTS.encode(run), key, partition)
+        self.flush()
+        return self.placed[key][-1]
+
+    def flush(self) -> None:
+        assert self._producer.flush(10) == 0
+
+
+def committed(settings: Settings, place: tuple[str, int]) -> int:
+    """The dispatcher group's committed offset for one partition (-1001: none)."""
+    consumer = Consumer(consumer_config(settings, f"{settings.topic_prefix}dispatcher"))
+    try:
+        [tp] = consumer.committed([TopicPartition(*place)], timeout=10)
+        return int(tp.offset)
+    finally:
+        consumer.close()
+
+
+def assert_on_time(arrival: Arrival) -> None:
+    due = arrival.run.due_at
+    # CreateTime has millisecond resolution: the release instant floored to the millisecond.
+    assert arrival.created_ms >= math.floor(due.timestamp() * 1000), "released before due_at"
+    assert arrival.arrived_at - due <= LATE_BOUND, f"late by {arrival.arrived_at - due}"
+
+
+def test_releases_each_run_once_on_time_and_survives_poison(
+    settings: Settings,
+    dispatchers: Callable[[], DispatcherProcess],
+    ready: ReadyReader,
+) -> None:
+    dispatcher = dispatchers()
+    dispatcher.wait_event("dispatcher.started")
+    out = Publisher(settings)
+
+    now = datetime.now(UTC)
+    garbage_key = b"not-a-run"
+    out.send("10s", b"\x02\x99 definitely not avro", garbage_key)
+    out.send("10s", None, b"tombstone")
+    runs = [new_run(now + timedelta(seconds=2.0 + 0.1 * n)) for n in range(20)]
+    for n, run in enumerate(runs):
+        value = RUN_EVENTS.encode(run)
+        out.send("10s", value, str(run.run_id).encode())
+        if n % 5 == 0:  # duplicates: the same record twice on its topic, once on another tier
+            out.send("10s", value, str(run.run_id).encode())
+            out.send("5m", value, str(run.run_id).encode())
+    far = new_run(now + timedelta(seconds=3.5), target_service="reports")
+    out.send("5m", RUN_EVENTS.encode(far), str(far.run_id).encode())
+    out.flush()
+    expected = [*runs, far]
+
+    wait_for(lambda: all(ready.of(run) for run in expected), "every run on runs.ready")
+    time.sleep(1.0)  # room for a duplicate to show up
+    for run in expected:
+        arrivals = ready.of(run)
+        assert len(arrivals) == 1, f"{run.run_id} released {len(arrivals)} times"
+        assert_on_time(arrivals[0])
+        assert arrivals[0].key == run.target_service.encode()
+        assert arrivals[0].run == run
+    assert len(ready.arrivals) == len(expected)
+
+    assert len(dispatcher.events("run.duplicate")) == 8
+    undecodable = dispatcher.events("run.undecodable")
+    assert len(undecodable) == 2
+    [(topic, partition, offset)] = out.placed[garbage_key]
+    assert dispatcher.events(
+        "run.undecodable", f"topic={topic} partition={partition} offset={offset}"
+    )
+    released = dispatcher.events("run.released")
+    assert len(released) == len(expected)
+    assert all(float(line.split("lateness_ms=")[1].split()[0]) >= 0 for line in released)
+
+    assert dispatcher.stop() == 0
+    stopped = dispatcher.wait_event("dispatcher.stopped")
+    assert "released=21 " in stopped and "duplicates=8 " in stopped and "undecodable=2 " in stopped
+
+
+def test_a_held_run_survives_kill_9(
+    settings: Settings,
+    dispatchers: Callable[[], DispatcherProcess],
+    ready: ReadyReader,
+) -> None:
+    """Offsets are committed only up to released runs, so a killed dispatcher loses nothing."""
+    first = dispatchers()
+    first.wait_event("dispatcher.started")
+    out = Publisher(settings)
+
+    now = datetime.now(UTC)
+    held = new_run(now + timedelta(seconds=20))
+    behind = new_run(now + timedelta(seconds=1))  # same partition, later offset, due first
+    topic, partition, held_offset = out.run("5m", held, partition=0)
+    assert out.run("5m", behind, partition=0) == (topic, partition, held_offset + 1)
+
+    first.wait_event("run.held", f"run_id={held.run_id}")
+    wait_for(lambda: bool(ready.of(behind)), "the run behind the held one to be released")
+    assert_on_time(ready.of(behind)[0])
+    time.sleep(2.5)  # more than the 1 s commit interval: whatever may be committed now is
+    offset = committed(settings, (topic, partition))
+    assert offset <= held_offset, f"committed {offset} past the held run at {held_offset}"
+    assert not ready.of(held)
+
+    first.stop(signal.SIGKILL)
+    second = dispatchers()
+    # The group waits for the killed member to time out before the new one gets partitions.
+    second.wait_event("dispatcher.started")
+    started_at = datetime.now(UTC)
+    second.wait_event("run.held", f"run_id={held.run_id}")
+    wait_for(lambda: bool(ready.of(held)), "the held run after the restart")
+    [arrival] = ready.of(held)
+    if started_at < held.due_at - timedelta(seconds=0.5):
+        assert_on_time(arrival)
+    else:  # a slow restart on a loaded machine: late is allowed, early never
+        assert arrival.created_ms >= math.floor(held.due_at.timestamp() * 1000)
+    # At-least-once, visibly: the record behind the held run was released but could not be
+    # committed past it, so the restarted dispatcher released it again (workers dedup by claim).
+    assert len(ready.of(behind)) == 2
+    assert second.stop() == 0
