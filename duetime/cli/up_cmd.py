@@ -59,7 +59,7 @@ def _run(args: argparse.Namespace) -> int:
     demo: DemoTarget | None = None
     store: Store | None = None
     interrupted = False
-    previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         if args.demo:
             demo = DemoTarget()
@@ -87,7 +87,10 @@ def _run(args: argparse.Namespace) -> int:
         interrupted = True
         sup.say("duetime", "up.stopping")
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        # Cleanup must not be cut short: a second Ctrl-C, or the same signal forwarded again by a
+        # wrapper (make, uv run), would otherwise abort it and leave processes behind.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         sup.stop_all()
         if store is not None:
             store.close()
@@ -97,6 +100,10 @@ def _run(args: argparse.Namespace) -> int:
             stack.down()
             sup.say("duetime", "stack.stopped")
     return 0 if interrupted else 1
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _summary(sup: Supervisor, store: Store) -> None:
