@@ -1,0 +1,85 @@
+"""``duetime up --demo`` as a user runs it: demo runs succeed, the failing job goes dead, and one
+SIGINT (Ctrl-C) stops every service and server it started."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from duetime.config import read_env_file
+from duetime.store import Store
+
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e")]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+
+
+def test_up_demo_runs_and_ctrl_c_leaves_nothing_behind(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DUETIME_")}
+    env["DUETIME_DATA_DIR"] = str(tmp_path / "data")
+    env["PYTHONUNBUFFERED"] = "1"
+    log_path = tmp_path / "up.log"
+    with log_path.open("wb") as log:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "duetime.cli.main", "up", "--demo", "--summary-every", "2"],
+            cwd=tmp_path,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    pids: set[int] = set()
+    store: Store | None = None
+    try:
+        deadline = time.monotonic() + 90
+        states: dict[tuple[str, str], int] = {}
+        while time.monotonic() < deadline:
+            assert up.poll() is None, log_path.read_text()
+            urls = read_env_file(tmp_path / "data" / "stack.env")
+            if store is None and urls.get("DUETIME_DATABASE_URL"):
+                store = Store(urls["DUETIME_DATABASE_URL"], pool_size=1)
+            if store is not None:
+                try:
+                    rows = store.runs_list(None, 500)
+                except Exception:
+                    rows = []
+                states = {}
+                for row in rows:
+                    states[(row.job_id, row.state)] = states.get((row.job_id, row.state), 0) + 1
+                if states.get(("demo-every-5s", "succeeded")) and states.get(
+                    ("demo-always-fails", "dead")
+                ):
+                    break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"demo did not reach succeeded + dead: {states}\n{log_path.read_text()}")
+        text = log_path.read_text()
+        pids = {int(p) for p in re.findall(r"service\.started name=\w+ pid=(\d+)", text)}
+        stack = json.loads((tmp_path / "data" / "stack.json").read_text())
+        for component in stack["components"].values():
+            if component.get("process"):
+                pids.add(int(component["process"]["pid"]))
+        assert len(pids) == 7, text  # four services, three servers
+        assert all(_alive(pid) for pid in pids)
+    finally:
+        if store is not None:
+            store.close()
+        up.send_signal(signal.SIGINT)
+        code = up.wait(60)
+    assert code == 0, log_path.read_text()
+    assert not [pid for pid in pids if _alive(pid)], log_path.read_text()
+    text = log_path.read_text()
+    assert "stack.stopped" in text
+    assert text.count("service.stopped") == 4
