@@ -44,7 +44,7 @@ contracts: $(STAMP)
 	$(RUN) lint-imports
 
 unit: $(STAMP)
-	$(RUN) pytest tests/unit -q
+	$(RUN) pytest tests/unit -q -n 2
 
 bench: $(STAMP)
 	$(RUN) python -m bench

@@ -178,3 +178,5 @@ CREATE INDEX runs_job_idx ON ONLY public.runs USING btree (job_id, scheduled_for
 CREATE INDEX runs_lease_idx ON ONLY public.runs USING btree (lease_expires_at) WHERE (state = 'running'::text);
 
 CREATE INDEX runs_outbox_idx ON ONLY public.runs USING btree (due_at) WHERE ((state = 'scheduled'::text) AND (published_at IS NULL));
+
+CREATE INDEX runs_unclaimed_idx ON ONLY public.runs USING btree (due_at) WHERE ((state = 'scheduled'::text) AND (published_at IS NOT NULL));
