@@ -1,4 +1,4 @@
-"""``duetime jobs apply|list``: write job definitions (all-or-nothing) and list them."""
+"""``duetime jobs apply|list|pause|resume|delete``: manage job definitions."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from duetime.config import load_settings
+from duetime.errors import NotFound
 from duetime.jobdef import load_job_file
 from duetime.store import Store
-from duetime.store.jobs import jobs_apply
+from duetime.store.jobs import jobs_apply, jobs_set_paused
 
 from ._output import print_json, print_table
 
@@ -37,6 +38,14 @@ def register(sub: Any) -> None:
     listing.add_argument("--json", action="store_true")
     listing.add_argument("--limit", type=int, default=1000)
     listing.set_defaults(func=_list)
+    for name, text in (
+        ("pause", "stop planning a job (runs already planned still run)"),
+        ("resume", "plan a paused job again, from its next occurrence after now"),
+        ("delete", "remove a job; its run history stays"),
+    ):
+        command = jobs.add_parser(name, help=text)
+        command.add_argument("job_id")
+        command.set_defaults(func=_change, action=name)
 
 
 def _apply(args: argparse.Namespace) -> int:
@@ -54,6 +63,22 @@ def _apply(args: argparse.Namespace) -> int:
     else:
         for row in rows:
             print(f"{row['job_id']}: {row['action']} (version {row['version']})")
+    return 0
+
+
+def _change(args: argparse.Namespace) -> int:
+    store = Store(load_settings().require_database(), pool_size=1, application_name="duetime-cli")
+    try:
+        with store.tx() as tx:
+            if args.action == "delete":
+                if not tx.jobs_remove(args.job_id):
+                    raise NotFound(f"no job {args.job_id!r}")
+                outcome = "deleted"
+            else:
+                outcome = jobs_set_paused(tx, args.job_id, paused=args.action == "pause")
+    finally:
+        store.close()
+    print(f"{args.job_id}: {outcome}")
     return 0
 
 

@@ -1,6 +1,7 @@
 """The ``duetime`` command: one parser, sub-commands contributed by the modules of this package.
 
-Exit codes: 0 success, 1 a runtime failure, 2 bad input (with a one-line message naming the field).
+Exit codes: 0 success, 1 a runtime failure, 2 bad input (with a one-line message naming the
+field), 3 the job or run does not exist.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from duetime.errors import DuetimeError, InvalidInput
+from duetime.errors import DuetimeError, InvalidInput, NotFound
 
 __all__ = ["main"]
 
@@ -49,6 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InvalidInput as exc:
         print(f"duetime: error: {exc}", file=sys.stderr)
         return 2
+    except NotFound as exc:
+        print(f"duetime: {exc}", file=sys.stderr)
+        return 3
     except DuetimeError as exc:
         print(f"duetime: {exc}", file=sys.stderr)
         return 1

@@ -11,14 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from duetime.errors import NotFound
 from duetime.events import JobTombstone
 from duetime.model import JobDefinition
 from duetime.planning import initial_next_run_at
-from duetime.schedule import ScheduleCache
+from duetime.schedule import ScheduleCache, ScheduleSpec
 
 from .store import Tx
 
-__all__ = ["JobWrite", "jobs_apply"]
+__all__ = ["JobWrite", "jobs_apply", "jobs_set_paused"]
 
 
 @dataclass(frozen=True)
@@ -52,3 +53,31 @@ def jobs_apply(
         action = "unchanged" if not written else "created" if stored is None else "updated"
         results.append(JobWrite(job.job_id, action, job.version))
     return results
+
+
+def jobs_set_paused(tx: Tx, job_id: str, paused: bool, cache: ScheduleCache | None = None) -> str:
+    """Pause or resume one job; returns ``paused``, ``resumed`` or ``unchanged``.
+
+    Raises ``NotFound`` if there is no such job. Resuming starts again at the next occurrence after
+    now: occurrences that fell into the pause are not caught up.
+    """
+    row = tx.jobs_get_schedule(job_id)
+    if row is None:
+        raise NotFound(f"no job {job_id!r}")
+    if paused:
+        return "paused" if tx.jobs_pause(job_id) is not None else "unchanged"
+    if not row.paused:
+        return "unchanged"
+    spec = ScheduleSpec(
+        kind=row.schedule_kind,
+        expression=row.schedule_expr,
+        time_zone=row.time_zone,
+        dst_gap=row.dst_gap,
+        dst_overlap=row.dst_overlap,
+        start_at=row.start_at,
+    )
+    # Same rule as a newly applied job: the next occurrence after now (a passed `at` runs once;
+    # if it already ran, the unique (job_id, scheduled_for) absorbs the repeat).
+    next_run_at = initial_next_run_at((cache or ScheduleCache()).get(spec), tx.db_now())
+    tx.jobs_resume(job_id, next_run_at)
+    return "resumed"

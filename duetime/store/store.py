@@ -107,6 +107,21 @@ class Tx:
             },
         )
 
+    def jobs_pause(self, job_id: str) -> int | None:
+        rows = self._rows("jobs_pause", {"job_id": job_id})
+        return int(rows[0].version) if rows else None
+
+    def jobs_get_schedule(self, job_id: str) -> Any | None:
+        rows = self._rows("jobs_get_schedule", {"job_id": job_id})
+        return rows[0] if rows else None
+
+    def jobs_resume(self, job_id: str, next_run_at: datetime | None) -> int | None:
+        rows = self._rows("jobs_resume", {"job_id": job_id, "next_run_at": next_run_at})
+        return int(rows[0].version) if rows else None
+
+    def jobs_remove(self, job_id: str) -> bool:
+        return bool(self._rows("jobs_remove", {"job_id": job_id}))
+
     # runs -----------------------------------------------------------------------------------
     def runs_insert(self, runs: Sequence[NewRun]) -> None:
         if runs:

@@ -111,3 +111,26 @@ def test_missing_database_is_a_clear_error(
     monkeypatch.setenv("DUETIME_DATA_DIR", str(tmp_path))
     assert main(["jobs", "list"]) == 1
     assert "no database" in capsys.readouterr().err
+
+
+def test_pause_resume_delete(
+    cli_env: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path, [_job("p", schedule={"interval": "PT10S"})])
+    assert main(["jobs", "apply", str(path)]) == 0
+    assert main(["jobs", "pause", "p"]) == 0
+    assert main(["jobs", "pause", "p"]) == 0
+    capsys.readouterr()
+    assert main(["jobs", "list", "--json"]) == 0
+    (job,) = json.loads(capsys.readouterr().out)
+    assert job["paused"] is True and job["version"] == 2
+    assert main(["jobs", "resume", "p"]) == 0
+    assert capsys.readouterr().out.strip() == "p: resumed"
+    assert main(["jobs", "list", "--json"]) == 0
+    (job,) = json.loads(capsys.readouterr().out)
+    assert job["paused"] is False and job["version"] == 3
+    assert job["next_run_at"] > datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    assert main(["jobs", "delete", "p"]) == 0
+    assert main(["jobs", "delete", "p"]) == 3
+    assert main(["jobs", "resume", "nope"]) == 3
+    assert "no job 'nope'" in capsys.readouterr().err

@@ -233,3 +233,25 @@ ORDER BY attempt;
 
 -- name: db_now
 SELECT now() AS now;
+
+-- name: jobs_pause
+UPDATE jobs SET paused = true, version = version + 1, updated_at = now()
+WHERE job_id = :job_id AND NOT paused
+RETURNING job_id, version;
+
+-- name: jobs_get_schedule
+SELECT job_id, schedule_kind, schedule_expr, time_zone, dst_gap, dst_overlap, start_at, paused
+FROM jobs WHERE job_id = :job_id FOR UPDATE;
+
+-- name: jobs_resume
+-- A paused period is not an outage: the job resumes at its next occurrence after now, with no
+-- catch-up for what fell into the pause.
+UPDATE jobs SET paused = false, next_run_at = :next_run_at, version = version + 1,
+                updated_at = now()
+WHERE job_id = :job_id AND paused
+RETURNING job_id, version;
+
+-- name: jobs_remove
+-- Removes a job; its runs stay as history, and scheduled runs not yet published are cancelled by
+-- the planner's outbox when it finds the job gone.
+DELETE FROM jobs WHERE job_id = :job_id RETURNING job_id, version;
