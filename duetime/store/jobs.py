@@ -15,8 +15,9 @@ from duetime.errors import NotFound
 from duetime.events import JobTombstone
 from duetime.model import JobDefinition
 from duetime.planning import initial_next_run_at
-from duetime.schedule import ScheduleCache, ScheduleSpec
+from duetime.schedule import ScheduleCache
 
+from .rows import spec_from_row
 from .store import Tx
 
 __all__ = ["JobWrite", "jobs_apply", "jobs_set_paused"]
@@ -68,14 +69,7 @@ def jobs_set_paused(tx: Tx, job_id: str, paused: bool, cache: ScheduleCache | No
         return "paused" if tx.jobs_pause(job_id) is not None else "unchanged"
     if not row.paused:
         return "unchanged"
-    spec = ScheduleSpec(
-        kind=row.schedule_kind,
-        expression=row.schedule_expr,
-        time_zone=row.time_zone,
-        dst_gap=row.dst_gap,
-        dst_overlap=row.dst_overlap,
-        start_at=row.start_at,
-    )
+    spec = spec_from_row(row)
     # Same rule as a newly applied job: the next occurrence after now (a passed `at` runs once;
     # if it already ran, the unique (job_id, scheduled_for) absorbs the repeat).
     next_run_at = initial_next_run_at((cache or ScheduleCache()).get(spec), tx.db_now())

@@ -17,6 +17,7 @@ __all__ = [
     "ExpiredLease",
     "OutboxRun",
     "job_params",
+    "spec_from_row",
     "target_from_json",
     "target_to_json",
 ]
@@ -88,6 +89,18 @@ def job_params(job: JobDefinition, next_run_at: datetime | None) -> dict[str, An
     }
 
 
+def spec_from_row(row: Any) -> ScheduleSpec:
+    """The schedule columns of a ``jobs`` row."""
+    return ScheduleSpec(
+        kind=row.schedule_kind,
+        expression=row.schedule_expr,
+        time_zone=row.time_zone,
+        dst_gap=row.dst_gap,
+        dst_overlap=row.dst_overlap,
+        start_at=row.start_at,
+    )
+
+
 @dataclass(frozen=True)
 class DueJob:
     """What the planner needs of a due job."""
@@ -108,14 +121,7 @@ class DueJob:
         return cls(
             job_id=row.job_id,
             tenant=row.tenant,
-            schedule=ScheduleSpec(
-                kind=row.schedule_kind,
-                expression=row.schedule_expr,
-                time_zone=row.time_zone,
-                dst_gap=row.dst_gap,
-                dst_overlap=row.dst_overlap,
-                start_at=row.start_at,
-            ),
+            schedule=spec_from_row(row),
             window=timedelta(milliseconds=row.window_ms),
             catch_up=row.catch_up,
             max_catch_up=row.max_catch_up,

@@ -180,15 +180,17 @@ class Tx:
     def runs_expire(
         self, lease: ExpiredLease, state: str, retry_delay: timedelta, error: str
     ) -> None:
-        self._exec(
-            "runs_expire",
+        self._rows(
+            "runs_complete",
             {
                 "run_id": lease.run_id,
                 "scheduled_for": lease.scheduled_for,
                 "lease_token": lease.lease_token,
                 "state": state,
-                "retry_delay_ms": retry_delay / timedelta(milliseconds=1),
+                "outcome": "lease_expired",
                 "error": error,
+                "status_code": None,
+                "retry_delay_ms": retry_delay / timedelta(milliseconds=1),
             },
         )
 

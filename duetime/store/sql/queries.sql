@@ -137,8 +137,10 @@ WHERE run_id = :run_id AND scheduled_for = :scheduled_for AND lease_token = :lea
 RETURNING lease_expires_at;
 
 -- name: runs_complete
--- A fenced completion: the new state is accepted only from the attempt that holds the lease.
--- :state is 'succeeded', 'scheduled' (retry after :retry_delay_ms) or 'dead'.
+-- Ends an attempt, fenced by its lease token: the new state is accepted only from the attempt that
+-- holds the lease. Used by workers (outcome succeeded | failed) and by the reaper for expired
+-- leases (outcome lease_expired). :state is 'succeeded', 'scheduled' (retry after
+-- :retry_delay_ms) or 'dead'.
 WITH done AS (
     UPDATE runs SET state = CAST(:state AS text),
                     lease_token = NULL, lease_expires_at = NULL,
@@ -177,26 +179,6 @@ WHERE r.state = 'running' AND r.lease_expires_at < now()
 ORDER BY r.lease_expires_at
 LIMIT :limit
 FOR UPDATE OF r SKIP LOCKED;
-
--- name: runs_expire
--- Ends an expired attempt (fenced by its token): retry after backoff, or dead.
-WITH done AS (
-    UPDATE runs SET state = CAST(:state AS text), lease_token = NULL, lease_expires_at = NULL,
-                    finished_at = CASE WHEN CAST(:state AS text) = 'dead' THEN now() END,
-                    due_at = CASE WHEN CAST(:state AS text) = 'scheduled'
-                        THEN now() + make_interval(secs => CAST(:retry_delay_ms AS double precision) / 1000.0)
-                        ELSE due_at END,
-                    next_attempt_at = CASE WHEN CAST(:state AS text) = 'scheduled'
-                        THEN now() + make_interval(secs => CAST(:retry_delay_ms AS double precision) / 1000.0) END,
-                    published_at = CASE WHEN CAST(:state AS text) = 'scheduled' THEN NULL ELSE published_at END,
-                    last_error = :error, updated_at = now()
-    WHERE run_id = :run_id AND scheduled_for = :scheduled_for AND lease_token = :lease_token
-      AND state = 'running'
-    RETURNING run_id, attempt
-)
-UPDATE run_attempts a SET finished_at = now(), outcome = 'lease_expired', error = :error,
-                          duration_ms = (extract(epoch FROM now() - a.started_at) * 1000)::bigint
-FROM done WHERE a.run_id = done.run_id AND a.attempt = done.attempt;
 
 -- name: runs_get_dead_unpublished
 SELECT run_id, job_id, tenant, scheduled_for, attempt, last_error, finished_at
