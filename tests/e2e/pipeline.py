@@ -47,8 +47,10 @@ class Pipeline:
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.store = Store(database_url, pool_size=2, application_name="duetime-test")
 
-    def start(self, name: str) -> subprocess.Popen[bytes]:
-        log = (self.log_dir / f"{name}.log").open("ab")
+    def start(self, name: str, *, instance: str | None = None) -> subprocess.Popen[bytes]:
+        """Start service ``name``; ``instance`` names a second copy (its key and log file)."""
+        key = instance or name
+        log = (self.log_dir / f"{key}.log").open("ab")
         process = subprocess.Popen(
             [sys.executable, "-m", "duetime.cli.main", "service", name, *SERVICE_ARGS[name]],
             env=self.env,
@@ -56,17 +58,35 @@ class Pipeline:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        self.processes[name] = process
+        self.processes[key] = process
         return process
+
+    def start_all(self) -> None:
+        for name in SERVICE_ARGS:
+            self.start(name)
 
     def kill(self, name: str) -> None:
         process = self.processes.pop(name)
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(10)
 
+    def pause(self, name: str) -> None:
+        """``kill -STOP`` the service's process group (a GC or VM stall); ``resume`` undoes it."""
+        os.killpg(self.processes[name].pid, signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        os.killpg(self.processes[name].pid, signal.SIGCONT)
+
+    def log_text(self, name: str) -> str:
+        """The whole log of one service instance ('' before it wrote anything)."""
+        path = self.log_dir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
     def stop_all(self) -> None:
         for process in self.processes.values():
             if process.poll() is None:
+                # A stopped (paused) process would never act on SIGTERM: continue it first.
+                os.killpg(process.pid, signal.SIGCONT)
                 os.killpg(process.pid, signal.SIGTERM)
         for name, process in list(self.processes.items()):
             try:
@@ -111,8 +131,7 @@ class Pipeline:
 @pytest.fixture
 def pipeline(database_url: str, stack: Any, tmp_path: Path) -> Iterator[Pipeline]:
     p = Pipeline(database_url, stack.kafka_bootstrap, tmp_path)
-    for name in SERVICE_ARGS:
-        p.start(name)
+    p.start_all()
     try:
         yield p
     finally:

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from duetime.errors import StoreError
 from duetime.events import RunHeartbeat, RunResult
 from duetime.model import HttpTarget, RunEvent
 from duetime.store import Claim
@@ -25,6 +24,7 @@ from duetime_workers.attempt import AttemptRunner
 from duetime_workers.blocking import BlockingCalls
 from duetime_workers.config import WorkerConfig
 from duetime_workers.outcome import AttemptOutcome, OutcomeKind, final, retryable
+from tests.fakes.run_store import FakeStore
 
 SCHEDULED = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -45,73 +45,6 @@ def _run(
         lease=timedelta(seconds=lease_s),
         heartbeat_interval=timedelta(seconds=hb_s),
     )
-
-
-@dataclass
-class FakeStore:
-    """The worker's three statements with the same compare-and-set rules as queries.sql."""
-
-    state: str = "scheduled"
-    attempt: int = 0
-    token: uuid.UUID | None = None
-    claim_errors: int = 0
-    heartbeat_hang: threading.Event | None = None  # set() releases hung heartbeats
-    complete_errors: int = 0
-    heartbeats: int = 0
-    completions: list[dict[str, Any]] = field(default_factory=list)
-    fenced: list[dict[str, Any]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def runs_claim(
-        self,
-        run_id: uuid.UUID,
-        scheduled_for: datetime,
-        attempt: int,
-        worker: str,
-        lease: timedelta,
-    ) -> Claim | None:
-        with self.lock:
-            if self.claim_errors:
-                self.claim_errors -= 1
-                raise StoreError("database error: OperationalError: connection refused")
-            if self.state != "scheduled" or self.attempt != attempt - 1:
-                return None
-            self.state, self.attempt, self.token = "running", attempt, uuid.uuid4()
-            now = datetime.now(UTC)
-            return Claim(attempt, self.token, now + lease, now)
-
-    def runs_heartbeat(
-        self,
-        run_id: uuid.UUID,
-        scheduled_for: datetime,
-        lease_token: uuid.UUID,
-        lease: timedelta,
-        progress: str | None = None,
-    ) -> datetime | None:
-        if self.heartbeat_hang is not None:
-            self.heartbeat_hang.wait()  # a silent partition: the call neither fails nor returns
-        with self.lock:
-            self.heartbeats += 1
-            if self.state != "running" or lease_token != self.token:
-                return None
-            return datetime.now(UTC) + lease
-
-    def runs_complete(self, **kwargs: Any) -> bool:
-        with self.lock:
-            if self.complete_errors:
-                self.complete_errors -= 1
-                raise StoreError("database error: OperationalError: server closed the connection")
-            if self.state != "running" or kwargs["lease_token"] != self.token:
-                self.fenced.append(kwargs)
-                return False
-            self.state, self.token = kwargs["state"], None
-            self.completions.append(kwargs)
-            return True
-
-    def steal(self) -> None:
-        """What the reaper does to an expired lease: the token changes hands."""
-        with self.lock:
-            self.token = uuid.uuid4()
 
 
 @dataclass
