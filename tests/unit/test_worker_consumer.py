@@ -144,7 +144,9 @@ def _record(partition: int, offset: int, run: RunEvent | None = None) -> FakeMes
 
 
 class Harness:
-    def __init__(self, messages: list[FakeMessage], capacity: int) -> None:
+    def __init__(
+        self, messages: list[FakeMessage], capacity: int, pause_after: float = 10.0
+    ) -> None:
         self.fake = FakeConsumer(messages)
         self.slots = Slots(capacity)
         self.tracker = OffsetTracker()
@@ -157,6 +159,7 @@ class Harness:
             tracker=self.tracker,
             submit=self._submit,
             poll_timeout=0.01,
+            pause_after=pause_after,
         )
         self.thread = threading.Thread(target=self.loop.run, daemon=True)
 
@@ -176,11 +179,11 @@ class Harness:
 
 
 @pytest.fixture
-def harness_factory() -> Iterator[Callable[[list[FakeMessage], int], Harness]]:
+def harness_factory() -> Iterator[Callable[..., Harness]]:
     made: list[Harness] = []
 
-    def make(messages: list[FakeMessage], capacity: int) -> Harness:
-        h = Harness(messages, capacity)
+    def make(messages: list[FakeMessage], capacity: int, pause_after: float = 10.0) -> Harness:
+        h = Harness(messages, capacity, pause_after)
         made.append(h)
         h.thread.start()
         return h
@@ -203,9 +206,10 @@ def _until(condition: Callable[[], bool], within: float = 5.0) -> None:
 
 
 def test_takes_no_more_than_the_free_slots(harness_factory: Callable[..., Harness]) -> None:
-    h = harness_factory([_record(0, i) for i in range(10)], 3)
+    h = harness_factory([_record(0, i) for i in range(10)], 3, pause_after=0.2)
     _until(lambda: len(h.submitted) == 3)
-    _until(lambda: h.fake.paused == {0})  # saturated: the partition is paused
+    # Saturated: nothing more is taken; the partition is paused once that lasts pause_after.
+    _until(lambda: h.fake.paused == {0})
     assert len(h.submitted) == 3
     finished = 0
     while finished < 10:

@@ -3,10 +3,13 @@
 Runs on its own thread, because every confluent-kafka consumer call blocks and librdkafka expects
 one thread to drive a consumer. The loop:
 
-- **Backpressure.** With ``n`` free execution slots it asks for at most ``n`` records. With none
-  free it pauses every assigned partition and keeps polling (short polls return nothing), so the
-  group membership stays alive (``max.poll.interval.ms``) however long the attempts take. A record
-  that arrives anyway (a fetch that raced the pause) waits in a local queue, in order.
+- **Backpressure.** Records wait for a free execution slot in a local queue, in order, bounded
+  by the slot count. When it is full the consumer takes nothing more and waits for a slot;
+  librdkafka's own fetched queue keeps the next records at hand. Only if every slot stays busy
+  for 10 s does it pause the assigned partitions and keep polling (short polls return nothing), so
+  the group membership stays alive (``max.poll.interval.ms``) however long the attempts take; it
+  resumes when the queue is half empty. Pausing drops librdkafka's fetched queue, which is why it
+  is not done for every full moment.
 - **At-least-once commits.** An offset is committed only once its attempt is handled, and only up
   to the first unhandled offset of its partition (``OffsetTracker``). A crash re-delivers from
   there; the claim compare-and-set turns the repeats into ``run.claim_skipped``.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,6 +45,9 @@ from .offsets import OffsetTracker, Partition
 __all__ = ["Fetched", "ReadyConsumer", "Slots", "decode_run", "run_problem"]
 
 _PAUSED_POLL = 0.05
+# How long every slot may stay busy before the partitions are paused (well inside the consumer's
+# max.poll.interval.ms, 300 s by default).
+_PAUSE_AFTER = 10.0
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,7 @@ class Slots:
         self.capacity = capacity
         self._used = 0
         self._lock = threading.Lock()
+        self._freed = threading.Condition(self._lock)
 
     def free(self) -> int:
         with self._lock:
@@ -71,6 +79,12 @@ class Slots:
     def release(self) -> None:
         with self._lock:
             self._used -= 1
+            self._freed.notify_all()
+
+    def wait_free(self, timeout: float) -> bool:
+        """Block until a slot is free (True) or ``timeout`` seconds pass (False)."""
+        with self._lock:
+            return self._freed.wait_for(lambda: self._used < self.capacity, timeout)
 
     def in_use(self) -> int:
         with self._lock:
@@ -117,6 +131,7 @@ class ReadyConsumer:
         submit: Callable[[Fetched], None],
         poll_timeout: float,
         assigned: threading.Event | None = None,
+        pause_after: float = _PAUSE_AFTER,
     ) -> None:
         self._consumer = consumer
         self._topic = topic
@@ -125,6 +140,10 @@ class ReadyConsumer:
         self._submit = submit
         self._poll_timeout = poll_timeout
         self._waiting: deque[Fetched] = deque()
+        # Records fetched ahead of free slots: enough to refill every slot once without a fetch.
+        self._prefetch = max(1, slots.capacity)
+        self._full_since = 0.0
+        self._pause_after = pause_after
         self._paused = False
         self._assignment_changed = False
         self.stop_fetching = threading.Event()
@@ -152,18 +171,34 @@ class ReadyConsumer:
             self._consumer.close()
 
     def _step(self) -> None:
-        if self._slots.free() <= 0:
-            self._pause()
-            message = self._consumer.poll(_PAUSED_POLL)
-            if message is not None:
-                self._accept(message)
+        while self._waiting and self._slots.free() > 0:
+            self._dispatch(self._waiting.popleft())
+        room = self._prefetch - len(self._waiting)
+        if room <= 0:
+            # Buffer full. Stop taking records but leave librdkafka's fetched queue alone: a pause
+            # drops it, and on a busy partition every resume costs a fetch. Only when the slots
+            # stay busy for long (slow targets) does it pause, to keep the group membership alive.
+            now = time.monotonic()
+            self._full_since = self._full_since or now
+            if not self._paused and now - self._full_since < self._pause_after:
+                self._slots.wait_free(_PAUSED_POLL)
+            else:
+                self._pause()
+                message = self._consumer.poll(_PAUSED_POLL)
+                if message is not None:
+                    self._accept(message)
         else:
-            self._resume()
-            while self._waiting and self._slots.free() > 0:
-                self._dispatch(self._waiting.popleft())
-            free = self._slots.free()
-            if free > 0:
-                for message in self._consumer.consume(free, self._poll_timeout):
+            self._full_since = 0.0
+            if self._paused and len(self._waiting) <= self._prefetch // 2:
+                self._resume()
+            if self._paused:
+                message = self._consumer.poll(_PAUSED_POLL)
+                if message is not None:
+                    self._accept(message)
+            else:
+                # Short waits while runs are queued for a slot, so a freed slot is refilled fast.
+                wait = _PAUSED_POLL if self._waiting else self._poll_timeout
+                for message in self._consumer.consume(room, wait):
                     self._accept(message)
         self._commit(asynchronous=True)
 
