@@ -35,7 +35,11 @@ Headers = list[tuple[str, str | bytes | None]]
 def producer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
     config: dict[str, Any] = {
         "bootstrap.servers": settings.require_kafka(),
-        "enable.idempotence": True,
+        # Off on the embedded broker: it keeps producer ids in memory, and after a restart it
+        # answers UNKNOWN_PRODUCER_ID to a live idempotent producer forever (librdkafka bumps the
+        # epoch and retries, every record times out), so no service could publish again until
+        # restarted. Duplicates from client retries are harmless: consumers dedup on run_id.
+        "enable.idempotence": settings.profile != "local",
         "acks": "all",
         "linger.ms": 5,
         # The embedded broker enforces no size limit; enforce Kafka's default on the client.

@@ -15,7 +15,7 @@ def test_defaults() -> None:
     config = WorkerConfig.from_env({})
     assert config.concurrency == 16
     assert config.allow_private_targets is False
-    assert config.group_id == "duetime-workers"
+    assert config.group_id == "workers"  # the worker puts the topic prefix in front
     assert config.user_agent.startswith("duetime-worker/")
     assert "-" in config.worker_id  # hostname-pid
 

@@ -23,7 +23,9 @@ from duetime.errors import ConfigError
 
 __all__ = ["GROUP_ID", "WorkerConfig", "default_worker_id", "user_agent"]
 
-GROUP_ID = "duetime-workers"
+# The consumer group, after the topic prefix ("duetime.workers" by default), like the planner's
+# and the dispatcher's groups: deployments (and tests) with their own prefix never share a group.
+GROUP_ID = "workers"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
 
@@ -56,7 +58,7 @@ class WorkerConfig:
         claim_give_up: How long a claim is retried through database errors before the record
             is committed past anyway (the planner's sweeper re-publishes unclaimed runs).
         poll_timeout: How long one consumer poll waits for records.
-        group_id: The consumer group all workers share.
+        group_id: The consumer group all workers share, after the topic prefix.
     """
 
     worker_id: str = field(default_factory=default_worker_id)

@@ -57,6 +57,7 @@ class WorkerService:
         self.settings = settings
         self.config = config
         self.catalog = TopicCatalog(settings.topic_prefix)
+        self.group_id = f"{settings.topic_prefix}{config.group_id}"
         self.stats: Counter[str] = Counter()  # attempt statuses, for tests and the stop line
         self.consuming = threading.Event()  # set once the consumer has partitions
         self._slots = Slots(config.concurrency)
@@ -109,7 +110,7 @@ class WorkerService:
             stopping=self._stop,
         )
         consumer = ReadyConsumer(
-            Consumer(consumer_config(self.settings, self.config.group_id)),
+            Consumer(consumer_config(self.settings, self.group_id)),
             self.catalog.ready,
             slots=self._slots,
             tracker=self._tracker,
@@ -126,7 +127,7 @@ class WorkerService:
             worker_id=self.config.worker_id,
             concurrency=self.config.concurrency,
             topic=self.catalog.ready,
-            group=self.config.group_id,
+            group=self.group_id,
             allow_private_targets=self.config.allow_private_targets,
         )
         thread.start()
