@@ -136,3 +136,19 @@ def pipeline(database_url: str, stack: Any, tmp_path: Path) -> Iterator[Pipeline
         yield p
     finally:
         p.stop_all()
+
+
+TERMINAL = ("succeeded", "dead", "cancelled", "skipped")
+
+
+def e2e_job(job_id: str, url: str, **extra: Any) -> dict[str, Any]:
+    """A job definition for these tests: every 2 s to ``url``, overridable field by field."""
+    job: dict[str, Any] = {
+        "id": job_id,
+        "tenant": "e2e",
+        "schedule": {"interval": "PT2S"},
+        "target": {"http": {"url": url, "timeout_seconds": 10}},
+        "target_service": "e2e-target",
+    }
+    job.update(extra)
+    return job

@@ -25,27 +25,14 @@ from duetime.schedule import ScheduleSpec, compile_schedule
 from duetime_infra import KafkaBroker
 from tests.fixtures.target import RecordingTarget
 
-from .pipeline import Pipeline, pipeline  # noqa: F401  (fixture)
+from .pipeline import TERMINAL, Pipeline, e2e_job, pipeline  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e")]
 
-TERMINAL = ("succeeded", "dead", "cancelled", "skipped")
 # The planner's sweeper (PlannerConfig): runs published but unclaimed this long after their due
 # time are published again, checked this often.
 SWEEP_GRACE = timedelta(seconds=30)
 SWEEP_INTERVAL = timedelta(seconds=5)
-
-
-def _job(job_id: str, url: str, **extra: Any) -> dict[str, Any]:
-    job: dict[str, Any] = {
-        "id": job_id,
-        "tenant": "e2e",
-        "schedule": {"interval": "PT2S"},
-        "target": {"http": {"url": url, "timeout_seconds": 10}},
-        "target_service": "e2e-target",
-    }
-    job.update(extra)
-    return job
 
 
 def _first(rows: list[Any]) -> Any:
@@ -61,7 +48,7 @@ def test_f2_worker_paused_longer_than_its_lease_cannot_complete(
     path = "/slow-once-2/zombie"
     pipeline.apply(
         [
-            _job(
+            e2e_job(
                 "zombie",
                 f"{http_target.url}{path}",
                 schedule={"at": "2000-01-01T00:00:00Z"},
@@ -202,7 +189,7 @@ def _broker_restart_scenario(
 ) -> None:
     pipe.start_all()
     path = "/ok/f8"
-    pipe.apply([_job("f8", f"{http_target.url}{path}")])
+    pipe.apply([e2e_job("f8", f"{http_target.url}{path}")])
     pipe.wait_until(
         "the first run to succeed",
         lambda: _first(

@@ -6,37 +6,22 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
 from duetime.schedule import ScheduleSpec, compile_schedule
 from tests.fixtures.target import RecordingTarget
 
-from .pipeline import Pipeline, pipeline  # noqa: F401  (fixture)
+from .pipeline import TERMINAL, Pipeline, e2e_job, pipeline  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e")]
-
-TERMINAL = ("succeeded", "dead", "cancelled", "skipped")
-
-
-def _job(job_id: str, url: str, **extra: Any) -> dict[str, Any]:
-    job: dict[str, Any] = {
-        "id": job_id,
-        "tenant": "e2e",
-        "schedule": {"interval": "PT2S"},
-        "target": {"http": {"url": url, "timeout_seconds": 10}},
-        "target_service": "e2e-target",
-    }
-    job.update(extra)
-    return job
 
 
 def test_interval_job_gets_exactly_one_run_per_occurrence(
     pipeline: Pipeline,  # noqa: F811
     http_target: RecordingTarget,
 ) -> None:
-    pipeline.apply([_job("every-2s", f"{http_target.url}/ok/every-2s")])
+    pipeline.apply([e2e_job("every-2s", f"{http_target.url}/ok/every-2s")])
     first = pipeline.wait_until(
         "the first run",
         lambda: (
@@ -86,7 +71,7 @@ def test_always_failing_target_goes_dead_after_max_attempts(
 ) -> None:
     pipeline.apply(
         [
-            _job(
+            e2e_job(
                 "always-fails",
                 f"{http_target.url}/fail/x",
                 schedule={"at": "2000-01-01T00:00:00Z"},
@@ -131,7 +116,7 @@ def test_worker_killed_mid_run_is_retried_and_succeeds(
 ) -> None:
     pipeline.apply(
         [
-            _job(
+            e2e_job(
                 "killed-worker",
                 f"{http_target.url}/slow-first/x",
                 schedule={"at": "2000-01-01T00:00:00Z"},
