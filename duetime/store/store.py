@@ -96,16 +96,17 @@ class Tx:
         return [DueJob.from_row(r) for r in rows]
 
     def jobs_advance(
-        self, job_id: str, next_run_at: datetime | None, last_scheduled_for: datetime | None
+        self, advances: Sequence[tuple[str, datetime | None, datetime | None]]
     ) -> None:
-        self._exec(
-            "jobs_advance",
-            {
-                "job_id": job_id,
-                "next_run_at": next_run_at,
-                "last_scheduled_for": last_scheduled_for,
-            },
-        )
+        """Move each (job_id, next_run_at, last scheduled_for) in one executemany."""
+        if advances:
+            self._exec(
+                "jobs_advance",
+                [
+                    {"job_id": job_id, "next_run_at": nxt, "last_scheduled_for": last}
+                    for job_id, nxt, last in advances
+                ],
+            )
 
     def jobs_pause(self, job_id: str) -> int | None:
         rows = self._rows("jobs_pause", {"job_id": job_id})

@@ -42,6 +42,13 @@ __all__ = ["Dispatcher"]
 
 log = logging.getLogger("duetime.dispatcher")
 
+# The log line for what the holding did with a decoded run (the undecodable ones log their reason).
+_OUTCOME_EVENTS: dict[Outcome, tuple[str, int]] = {
+    Outcome.HELD: ("run.held", logging.DEBUG),
+    Outcome.TOO_FAR: ("run.too_far", logging.WARNING),
+    Outcome.DUPLICATE: ("run.duplicate", logging.INFO),
+}
+
 Clock = Callable[[], datetime]
 
 
@@ -141,40 +148,20 @@ class Dispatcher:
                     reason=str(exc) if isinstance(exc, CodecError) else repr(exc),
                 )
             outcome = holding.receive(source, run, item, now, item.value)
-            if outcome is Outcome.HELD and run is not None:
-                log_event(
-                    log,
-                    "run.held",
-                    logging.DEBUG,
-                    run_id=run.run_id,
-                    attempt=run.attempt,
-                    due_at=run.due_at.isoformat(),
-                    topic=source.topic,
-                    partition=source.partition,
-                    offset=source.offset,
-                )
-            elif outcome is Outcome.TOO_FAR and run is not None:
-                log_event(
-                    log,
-                    "run.too_far",
-                    logging.WARNING,
-                    run_id=run.run_id,
-                    attempt=run.attempt,
-                    due_at=run.due_at.isoformat(),
-                    topic=source.topic,
-                    partition=source.partition,
-                    offset=source.offset,
-                )
-            elif outcome is Outcome.DUPLICATE and run is not None:
-                log_event(
-                    log,
-                    "run.duplicate",
-                    run_id=run.run_id,
-                    attempt=run.attempt,
-                    topic=source.topic,
-                    partition=source.partition,
-                    offset=source.offset,
-                )
+            if run is not None and outcome in _OUTCOME_EVENTS:
+                name, level = _OUTCOME_EVENTS[outcome]
+                if log.isEnabledFor(level):  # run.held is per run and DEBUG: skip the fields
+                    log_event(
+                        log,
+                        name,
+                        level,
+                        run_id=run.run_id,
+                        attempt=run.attempt,
+                        due_at=run.due_at.isoformat(),
+                        topic=source.topic,
+                        partition=source.partition,
+                        offset=source.offset,
+                    )
         self._ack(holding.ackable())
         if self._wake is not None:
             self._wake.set()

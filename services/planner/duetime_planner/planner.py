@@ -8,6 +8,7 @@ the same clock leases and due times use, so a skewed planner host changes nothin
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
@@ -21,7 +22,7 @@ from duetime.logs import event
 from duetime.model import RunEvent
 from duetime.planning import plan_job
 from duetime.schedule import ScheduleCache
-from duetime.store import NewRun, Store, Tx
+from duetime.store import NewRun, Store
 
 from .config import PlannerConfig
 
@@ -62,7 +63,7 @@ class Planner:
         self.config = config or PlannerConfig()
         self.cache = ScheduleCache()
         self._partitions: set[date] = set()
-        self._last_sweep: datetime | None = None
+        self._last_sweep: float | None = None  # monotonic seconds
 
     def run_once(self) -> PlanStats:
         """Plan every due job, publish every unpublished run (in batches), sweep when due."""
@@ -91,11 +92,12 @@ class Planner:
 
     def plan_batch(self) -> tuple[PlanStats, bool]:
         cfg = self.config
-        created_days: set[date] = set()
         with self.store.tx() as tx:
             now = tx.db_now()
             due = tx.jobs_get_due(cfg.shards, now + cfg.lookahead, cfg.batch_size)
             new_runs: list[NewRun] = []
+            # (job_id, next_run_at, last scheduled_for): written in one batch, not per job.
+            advances: list[tuple[str, datetime | None, datetime | None]] = []
             for job in due:
                 try:
                     plan = plan_job(
@@ -114,7 +116,7 @@ class Planner:
                     # The stored schedule no longer compiles (e.g. a zone removed from tzdata):
                     # stop scheduling it rather than failing the whole batch.
                     event(log, "job.unschedulable", logging.ERROR, job_id=job.job_id, error=exc)
-                    tx.jobs_advance(job.job_id, None, None)
+                    advances.append((job.job_id, None, None))
                     continue
                 for run in plan.runs:
                     new_runs.append(
@@ -129,20 +131,18 @@ class Planner:
                         )
                     )
                 last = plan.runs[-1].scheduled_for if plan.runs else None
-                tx.jobs_advance(job.job_id, plan.next_run_at, last)
-            self._ensure_days(tx, {r.scheduled_for.astimezone(UTC).date() for r in new_runs})
-            created_days.update(r.scheduled_for.astimezone(UTC).date() for r in new_runs)
+                advances.append((job.job_id, plan.next_run_at, last))
+            days = {r.scheduled_for.astimezone(UTC).date() for r in new_runs}
+            for day in sorted(days - self._partitions):
+                tx.runs_ensure_partition(day)
             tx.runs_insert(new_runs)
-        self._partitions.update(created_days)
+            tx.jobs_advance(advances)
+        self._partitions.update(days)
         if new_runs:
             event(log, "runs.planned", jobs=len(due), runs=len(new_runs))
         return PlanStats(jobs_planned=len(due), runs_created=len(new_runs)), len(due) == (
             cfg.batch_size
         )
-
-    def _ensure_days(self, tx: Tx, days: set[date]) -> None:
-        for day in sorted(days - self._partitions):
-            tx.runs_ensure_partition(day)
 
     def publish_batch(self) -> tuple[PlanStats, bool]:
         """The outbox: publish scheduled runs, mark published only what the broker acknowledged."""
@@ -188,8 +188,11 @@ class Planner:
         )
 
     def maybe_sweep(self) -> PlanStats:
-        now = datetime.now(UTC)
-        if self._last_sweep and now - self._last_sweep < self.config.sweep_interval:
+        now = time.monotonic()
+        if (
+            self._last_sweep is not None
+            and now - self._last_sweep < self.config.sweep_interval.total_seconds()
+        ):
             return PlanStats()
         self._last_sweep = now
         with self.store.tx() as tx:

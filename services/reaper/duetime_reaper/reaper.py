@@ -64,30 +64,25 @@ class Reaper:
             for lease in leases:
                 error = f"lease expired (worker {lease.worker or 'unknown'})"
                 if lease.attempt < lease.max_attempts:
+                    state = "scheduled"
                     delay = retry_delay(lease.retry, str(lease.run_id), lease.attempt)
-                    tx.runs_expire(lease, "scheduled", delay, error)
                     retried += 1
-                    event(
-                        log,
-                        "lease.expired",
-                        logging.WARNING,
-                        run_id=lease.run_id,
-                        attempt=lease.attempt,
-                        worker=lease.worker,
-                        retry_in_ms=int(delay / timedelta(milliseconds=1)),
-                    )
                 else:
-                    tx.runs_expire(lease, "dead", timedelta(0), error)
+                    state, delay = "dead", timedelta(0)
                     dead += 1
-                    event(
-                        log,
-                        "lease.expired",
-                        logging.WARNING,
-                        run_id=lease.run_id,
-                        attempt=lease.attempt,
-                        worker=lease.worker,
-                        outcome="dead",
-                    )
+                tx.runs_expire(lease, state, delay, error)
+                event(
+                    log,
+                    "lease.expired",
+                    logging.WARNING,
+                    run_id=lease.run_id,
+                    attempt=lease.attempt,
+                    worker=lease.worker,
+                    outcome=state,
+                    retry_in_ms=int(delay / timedelta(milliseconds=1))
+                    if state == "scheduled"
+                    else None,
+                )
         return len(leases), retried, dead
 
     def publish_dead(self) -> int:
