@@ -1,0 +1,101 @@
+"""Routing headers on run records, so a stage that only routes never decodes the Avro value.
+
+The planner writes these headers on every record of ``runs.due.*`` (and the dispatcher forwards
+them, bytes untouched, onto ``runs.ready``):
+
+==========================  ===========================================================
+``duetime-run-id``          the run's UUID, ASCII
+``duetime-attempt``         the attempt the record asks for, ASCII decimal
+``duetime-due-at-ms``       when to release it: Unix epoch milliseconds, ASCII decimal
+``duetime-target-kind``     ``http`` or ``kafka``
+``duetime-sent-at-ms``      the planner's *database clock* (``now()``) when it published, in
+                            epoch ms: a dispatcher compares it with its own clock to measure
+                            (and correct) its offset from the database clock
+==========================  ===========================================================
+
+plus the schema fingerprint header ``duetime-schema`` of :mod:`duetime.bus.codec`. The Avro value
+stays the contract; the headers are a copy of four of its fields for routers. A record without
+them (an older planner) is still valid: readers fall back to decoding the value.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+__all__ = [
+    "ATTEMPT",
+    "DUE_AT_MS",
+    "RUN_ID",
+    "SENT_AT_MS",
+    "TARGET_KIND",
+    "RunRouting",
+    "epoch_ms",
+    "from_epoch_ms",
+    "read_routing",
+    "routing_headers",
+]
+
+RUN_ID = "duetime-run-id"
+ATTEMPT = "duetime-attempt"
+DUE_AT_MS = "duetime-due-at-ms"
+TARGET_KIND = "duetime-target-kind"
+SENT_AT_MS = "duetime-sent-at-ms"
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class RunRouting:
+    """What a router needs to know about a run record without decoding it."""
+
+    run_id: uuid.UUID
+    attempt: int
+    due_at_ms: int
+    target_kind: str
+    sent_at_ms: int | None
+
+
+def epoch_ms(instant: datetime) -> int:
+    """Milliseconds since the Unix epoch (exact integer arithmetic, no float rounding)."""
+    delta = instant - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+def from_epoch_ms(value: int) -> datetime:
+    return datetime.fromtimestamp(value / 1000, UTC)
+
+
+def routing_headers(
+    run_id: uuid.UUID, attempt: int, due_at: datetime, target_kind: str, sent_at: datetime
+) -> list[tuple[str, str | bytes | None]]:
+    """The routing headers for one run record (append the schema header yourself)."""
+    return [
+        (RUN_ID, str(run_id).encode("ascii")),
+        (ATTEMPT, str(attempt).encode("ascii")),
+        (DUE_AT_MS, str(epoch_ms(due_at)).encode("ascii")),
+        (TARGET_KIND, target_kind.encode("ascii")),
+        (SENT_AT_MS, str(epoch_ms(sent_at)).encode("ascii")),
+    ]
+
+
+def read_routing(headers: Sequence[tuple[str, bytes | None]] | None) -> RunRouting | None:
+    """The routing headers of a record, or None when any required one is missing or malformed."""
+    found: dict[str, bytes] = {}
+    for key, value in headers or ():
+        if value is not None and key.startswith("duetime-"):
+            found[key] = value
+    try:
+        run_id = uuid.UUID(found[RUN_ID].decode("ascii"))
+        attempt = int(found[ATTEMPT])
+        due_at_ms = int(found[DUE_AT_MS])
+        kind = found[TARGET_KIND].decode("ascii")
+        sent = found.get(SENT_AT_MS)
+        sent_at_ms = int(sent) if sent is not None else None
+    except (KeyError, ValueError, UnicodeDecodeError):
+        return None
+    if attempt < 1 or kind not in ("http", "kafka"):
+        return None
+    return RunRouting(run_id, attempt, due_at_ms, kind, sent_at_ms)
