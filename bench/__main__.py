@@ -1,4 +1,8 @@
-"""``python -m bench``: run every benchmark module (bench/bench_*.py); each writes its report."""
+"""``python -m bench``: run every benchmark module (bench/bench_*.py); each writes its report.
+
+``python -m bench bench_schedule ...`` runs the named modules only; ``python -m bench spike ...``
+runs one scenario of the spike benchmark (``python -m bench spike --help``).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,10 @@ from pathlib import Path
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["spike"]:
+        from bench.bench_spike import spike_command
+
+        return spike_command(sys.argv[2:])
     names = sorted(p.stem for p in Path(__file__).parent.glob("bench_*.py"))
     wanted = set(sys.argv[1:])
     for name in names:
