@@ -1,6 +1,16 @@
 """PostgreSQL: migrations, named queries, the store."""
 
+from .attempts import AttemptEnd, Claim, ClaimRequest, LeaseRenewal
 from .migrate import apply_migrations
-from .store import Claim, NewRun, Store, Tx
+from .store import NewRun, Store, Tx
 
-__all__ = ["Claim", "NewRun", "Store", "Tx", "apply_migrations"]
+__all__ = [
+    "AttemptEnd",
+    "Claim",
+    "ClaimRequest",
+    "LeaseRenewal",
+    "NewRun",
+    "Store",
+    "Tx",
+    "apply_migrations",
+]

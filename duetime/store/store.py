@@ -20,11 +20,20 @@ from duetime.errors import StoreError
 from duetime.model import JobDefinition
 from duetime.schedule import RetryPolicy
 
+from .attempts import (
+    AttemptEnd,
+    Claim,
+    ClaimRequest,
+    LeaseRenewal,
+    claim_batch,
+    complete_batch,
+    renew_batch,
+)
 from .engine import make_engine
 from .queries import query
 from .rows import DueJob, ExpiredLease, OutboxRun, job_params, target_from_json
 
-__all__ = ["Claim", "NewRun", "Store", "Tx"]
+__all__ = ["NewRun", "Store", "Tx"]
 
 
 @dataclass(frozen=True)
@@ -36,16 +45,6 @@ class NewRun:
     scheduled_for: datetime
     due_at: datetime
     max_attempts: int
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A successful claim: this worker holds ``lease_token`` for ``attempt`` until it expires."""
-
-    attempt: int
-    lease_token: uuid.UUID
-    lease_expires_at: datetime
-    claimed_at: datetime
 
 
 def _retry_policy(row: Any, max_attempts: int) -> RetryPolicy:
@@ -221,7 +220,22 @@ class Store:
         except SQLAlchemyError as exc:
             raise StoreError(f"database error: {exc.__class__.__name__}: {exc}") from exc
 
-    # Worker operations: each is one short transaction. -----------------------------------------
+    # Worker operations: one statement per batch (attempts.py); the single-run forms are
+    # one-element batches, for the reaper's tests and tools. ----------------------------------
+    def runs_claim_batch(
+        self, worker: str, requests: Sequence[ClaimRequest]
+    ) -> dict[uuid.UUID, Claim]:
+        with self.tx() as tx:
+            return claim_batch(tx.conn, worker, requests)
+
+    def runs_renew_batch(self, renewals: Sequence[LeaseRenewal]) -> dict[uuid.UUID, datetime]:
+        with self.tx() as tx:
+            return renew_batch(tx.conn, renewals)
+
+    def runs_complete_batch(self, worker: str, ends: Sequence[AttemptEnd]) -> set[uuid.UUID]:
+        with self.tx() as tx:
+            return complete_batch(tx.conn, worker, ends)
+
     def runs_claim(
         self,
         run_id: uuid.UUID,
@@ -230,21 +244,11 @@ class Store:
         worker: str,
         lease: timedelta,
     ) -> Claim | None:
-        with self.tx() as tx:
-            rows = tx._rows(
-                "runs_claim",
-                {
-                    "run_id": run_id,
-                    "scheduled_for": scheduled_for,
-                    "attempt": attempt,
-                    "worker": worker,
-                    "lease_seconds": lease.total_seconds(),
-                },
-            )
-        if not rows:
-            return None
-        r = rows[0]
-        return Claim(r.attempt, r.lease_token, r.lease_expires_at, r.claimed_at)
+        token = uuid.uuid4()
+        claims = self.runs_claim_batch(
+            worker, [ClaimRequest(run_id, scheduled_for, attempt, token, lease)]
+        )
+        return claims.get(token)
 
     def runs_heartbeat(
         self,
@@ -252,21 +256,10 @@ class Store:
         scheduled_for: datetime,
         lease_token: uuid.UUID,
         lease: timedelta,
-        progress: str | None = None,
     ) -> datetime | None:
         """The new lease expiry, or None if the lease is no longer ours."""
-        with self.tx() as tx:
-            rows = tx._rows(
-                "runs_heartbeat",
-                {
-                    "run_id": run_id,
-                    "scheduled_for": scheduled_for,
-                    "lease_token": lease_token,
-                    "lease_seconds": lease.total_seconds(),
-                    "progress": progress,
-                },
-            )
-        return rows[0].lease_expires_at if rows else None
+        renewed = self.runs_renew_batch([LeaseRenewal(run_id, scheduled_for, lease_token, lease)])
+        return renewed.get(lease_token)
 
     def runs_complete(
         self,
@@ -283,32 +276,18 @@ class Store:
         retry_delay: timedelta = timedelta(0),
     ) -> bool:
         """Fenced completion: True if accepted; False (and recorded) if the lease was lost."""
-        with self.tx() as tx:
-            rows = tx._rows(
-                "runs_complete",
-                {
-                    "run_id": run_id,
-                    "scheduled_for": scheduled_for,
-                    "lease_token": lease_token,
-                    "state": state,
-                    "outcome": outcome,
-                    "error": error,
-                    "status_code": status_code,
-                    "retry_delay_ms": retry_delay / timedelta(milliseconds=1),
-                },
-            )
-            if not rows:
-                tx._exec(
-                    "runs_record_fenced",
-                    {
-                        "run_id": run_id,
-                        "attempt": attempt,
-                        "worker": worker,
-                        "lease_token": lease_token,
-                        "outcome": outcome,
-                    },
-                )
-        return bool(rows)
+        end = AttemptEnd(
+            run_id,
+            scheduled_for,
+            attempt,
+            lease_token,
+            state,
+            outcome,
+            error,
+            status_code,
+            retry_delay,
+        )
+        return lease_token in self.runs_complete_batch(worker, [end])
 
     # Read side for the CLI and tests. --------------------------------------------------------
     def jobs_list(self, limit: int = 1000) -> Sequence[Any]:

@@ -1,85 +1,125 @@
-"""An in-memory ``RunStore`` (the worker's port) with the compare-and-set rules of queries.sql.
+"""An in-memory ``RunStore`` (the worker's port) with the compare-and-set rules of worker.sql.
 
-It holds one run. tests/integration/test_run_store_contract.py runs the same contract suite
-against it and against the real ``duetime.store.Store``, so the fake cannot drift.
+tests/integration/test_run_store_contract.py runs the same contract suite against it and against
+the real ``duetime.store.Store``, so the fake cannot drift. Runs are created on first sight in
+state ``scheduled`` with no attempt behind them (``add`` makes one explicitly).
 """
 
 from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime
 
 from duetime.errors import StoreError
-from duetime.store import Claim
+from duetime.store import AttemptEnd, Claim, ClaimRequest, LeaseRenewal
 
-__all__ = ["FakeStore"]
+__all__ = ["FakeRun", "FakeStore"]
+
+
+@dataclass
+class FakeRun:
+    state: str = "scheduled"
+    attempt: int = 0
+    token: uuid.UUID | None = None
+    # lease token -> (attempt, outcome) of every attempt this run had (the run_attempts table)
+    attempts: dict[uuid.UUID, tuple[int, str | None]] = field(default_factory=dict)
 
 
 @dataclass
 class FakeStore:
-    """The worker's three statements with the same compare-and-set rules as queries.sql."""
+    """The worker's three batched statements with the same rules as worker.sql.
 
-    state: str = "scheduled"
-    attempt: int = 0
-    token: uuid.UUID | None = None
+    ``claim_errors`` / ``complete_errors`` make the next calls fail before doing anything;
+    ``claim_lost_replies`` / ``complete_lost_replies`` make them fail *after* their effect
+    (a commit whose reply never arrived). ``heartbeat_hang`` blocks renewals until set.
+    """
+
+    runs: dict[uuid.UUID, FakeRun] = field(default_factory=dict)
     claim_errors: int = 0
-    heartbeat_hang: threading.Event | None = None  # set() releases hung heartbeats
+    claim_lost_replies: int = 0
+    heartbeat_hang: threading.Event | None = None
     complete_errors: int = 0
-    heartbeats: int = 0
-    completions: list[dict[str, Any]] = field(default_factory=list)
-    fenced: list[dict[str, Any]] = field(default_factory=list)
+    complete_lost_replies: int = 0
+    renewals: int = 0
+    claim_calls: int = 0
+    complete_calls: int = 0
+    completions: list[AttemptEnd] = field(default_factory=list)
+    fenced: list[AttemptEnd] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def runs_claim(
-        self,
-        run_id: uuid.UUID,
-        scheduled_for: datetime,
-        attempt: int,
-        worker: str,
-        lease: timedelta,
-    ) -> Claim | None:
+    def run(self, run_id: uuid.UUID) -> FakeRun:
+        return self.runs.setdefault(run_id, FakeRun())
+
+    def runs_claim_batch(
+        self, worker: str, requests: Sequence[ClaimRequest]
+    ) -> dict[uuid.UUID, Claim]:
         with self.lock:
+            self.claim_calls += 1
             if self.claim_errors:
                 self.claim_errors -= 1
                 raise StoreError("database error: OperationalError: connection refused")
-            if self.state != "scheduled" or self.attempt != attempt - 1:
-                return None
-            self.state, self.attempt, self.token = "running", attempt, uuid.uuid4()
             now = datetime.now(UTC)
-            return Claim(attempt, self.token, now + lease, now)
+            claims: dict[uuid.UUID, Claim] = {}
+            for req in requests:
+                run = self.run(req.run_id)
+                if run.state == "running" and run.token == req.lease_token:
+                    claims[req.lease_token] = Claim(run.attempt, run.token, now + req.lease, now)
+                    continue
+                if run.state != "scheduled" or run.attempt != req.attempt - 1:
+                    continue
+                run.state, run.attempt, run.token = "running", req.attempt, req.lease_token
+                run.attempts[req.lease_token] = (req.attempt, None)
+                claims[req.lease_token] = Claim(req.attempt, req.lease_token, now + req.lease, now)
+            if self.claim_lost_replies:
+                self.claim_lost_replies -= 1
+                raise StoreError("database error: OperationalError: server closed the connection")
+            return claims
 
-    def runs_heartbeat(
-        self,
-        run_id: uuid.UUID,
-        scheduled_for: datetime,
-        lease_token: uuid.UUID,
-        lease: timedelta,
-        progress: str | None = None,
-    ) -> datetime | None:
+    def runs_renew_batch(self, renewals: Sequence[LeaseRenewal]) -> dict[uuid.UUID, datetime]:
         if self.heartbeat_hang is not None:
             self.heartbeat_hang.wait()  # a silent partition: the call neither fails nor returns
         with self.lock:
-            self.heartbeats += 1
-            if self.state != "running" or lease_token != self.token:
-                return None
-            return datetime.now(UTC) + lease
+            self.renewals += 1
+            now = datetime.now(UTC)
+            return {
+                r.lease_token: now + r.lease
+                for r in renewals
+                if (run := self.run(r.run_id)).state == "running" and run.token == r.lease_token
+            }
 
-    def runs_complete(self, **kwargs: Any) -> bool:
+    def runs_complete_batch(self, worker: str, ends: Sequence[AttemptEnd]) -> set[uuid.UUID]:
         with self.lock:
+            self.complete_calls += 1
             if self.complete_errors:
                 self.complete_errors -= 1
                 raise StoreError("database error: OperationalError: server closed the connection")
-            if self.state != "running" or kwargs["lease_token"] != self.token:
-                self.fenced.append(kwargs)
-                return False
-            self.state, self.token = kwargs["state"], None
-            self.completions.append(kwargs)
-            return True
+            accepted: set[uuid.UUID] = set()
+            for end in ends:
+                run = self.run(end.run_id)
+                if run.state == "running" and run.token == end.lease_token:
+                    run.state, run.token = end.state, None
+                    run.attempts[end.lease_token] = (end.attempt, end.outcome)
+                    self.completions.append(end)
+                    accepted.add(end.lease_token)
+                elif run.attempts.get(end.lease_token) in (
+                    (end.attempt, "succeeded"),
+                    (end.attempt, "failed"),
+                ):
+                    accepted.add(end.lease_token)  # our own earlier, committed completion
+                else:
+                    self.fenced.append(end)
+            if self.complete_lost_replies:
+                self.complete_lost_replies -= 1
+                raise StoreError("database error: OperationalError: server closed the connection")
+            return accepted
 
-    def steal(self) -> None:
+    def steal(self, run_id: uuid.UUID) -> None:
         """What the reaper does to an expired lease: the token changes hands."""
         with self.lock:
-            self.token = uuid.uuid4()
+            run = self.run(run_id)
+            if run.token is not None:
+                run.attempts[run.token] = (run.attempt, "lease_expired")
+            run.token = uuid.uuid4()

@@ -1,7 +1,8 @@
 """One contract for the worker's RunStore port, run against the in-memory fake and PostgreSQL.
 
 The worker's unit tests trust the fake; this suite is what makes that trust earned: every rule the
-worker relies on (claim compare-and-set, fenced heartbeat, fenced completion, retry re-claim) must
+worker relies on (claim compare-and-set per row of a batch, claims and completions recognised when
+retried with the same token, fenced renewals, fenced completions recorded, retry re-claim) must
 hold for both implementations.
 """
 
@@ -12,9 +13,10 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import text
 
 from duetime.model import run_id_for
-from duetime.store import NewRun, Store
+from duetime.store import AttemptEnd, ClaimRequest, LeaseRenewal, NewRun, Store
 from duetime_workers.ports import RunStore
 from tests.fakes.run_store import FakeStore
 
@@ -22,7 +24,7 @@ pytestmark = pytest.mark.integration
 
 LEASE = timedelta(seconds=30)
 SCHEDULED = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
-RUN_ID = run_id_for("contract", SCHEDULED)
+RUN_A, RUN_B, RUN_C = (run_id_for(f"contract-{n}", SCHEDULED) for n in "abc")
 
 
 @pytest.fixture(params=["fake", "postgres"])
@@ -34,59 +36,134 @@ def run_store(request: pytest.FixtureRequest) -> Iterator[RunStore]:
     store = Store(database_url, pool_size=1)
     with store.tx() as tx:
         tx.runs_ensure_partition(SCHEDULED.date())
-        tx.runs_insert([NewRun(RUN_ID, "contract", "t", "svc", SCHEDULED, SCHEDULED, 3)])
+        tx.runs_insert(
+            [
+                NewRun(run_id, f"contract-{n}", "t", "svc", SCHEDULED, SCHEDULED, 3)
+                for run_id, n in ((RUN_A, "a"), (RUN_B, "b"), (RUN_C, "c"))
+            ]
+        )
     yield store
     store.close()
 
 
-def _claim(store: RunStore, attempt: int, worker: str = "w1"):  # type: ignore[no-untyped-def]
-    return store.runs_claim(RUN_ID, SCHEDULED, attempt, worker, LEASE)
+def _req(run_id: uuid.UUID, attempt: int, token: uuid.UUID | None = None) -> ClaimRequest:
+    return ClaimRequest(run_id, SCHEDULED, attempt, token or uuid.uuid4(), LEASE)
 
 
-def _complete(store: RunStore, attempt: int, token: uuid.UUID, state: str) -> bool:
-    return store.runs_complete(
-        run_id=RUN_ID,
-        scheduled_for=SCHEDULED,
-        attempt=attempt,
-        worker="w1",
-        lease_token=token,
-        state=state,
-        outcome="succeeded" if state == "succeeded" else "failed",
+def _end(run_id: uuid.UUID, attempt: int, token: uuid.UUID, state: str) -> AttemptEnd:
+    return AttemptEnd(
+        run_id,
+        SCHEDULED,
+        attempt,
+        token,
+        state,
+        "succeeded" if state == "succeeded" else "failed",
         error=None if state == "succeeded" else "HTTP 500",
         status_code=200 if state == "succeeded" else 500,
         retry_delay=timedelta(milliseconds=10),
     )
 
 
-def test_claim_is_a_compare_and_set_on_the_attempt(run_store: RunStore) -> None:
-    assert _claim(run_store, 2) is None  # not the next attempt
-    claim = _claim(run_store, 1)
-    assert claim is not None and claim.attempt == 1
+def _steal(store: RunStore, run_id: uuid.UUID) -> None:
+    """What the reaper does to an expired lease: the run changes hands under a new token."""
+    if isinstance(store, FakeStore):
+        store.steal(run_id)
+        return
+    assert isinstance(store, Store)
+    with store.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE runs SET lease_token = gen_random_uuid() WHERE run_id = :r"),
+            {"r": run_id},
+        )
+
+
+def _fenced_count(store: RunStore) -> int:
+    if isinstance(store, FakeStore):
+        return len(store.fenced)
+    assert isinstance(store, Store)
+    with store.engine.begin() as conn:
+        return int(conn.execute(text("SELECT count(*) FROM run_fenced_completions")).scalar_one())
+
+
+def test_a_claim_batch_decides_each_row_on_its_own(run_store: RunStore) -> None:
+    held = _req(RUN_C, 1)
+    assert held.lease_token in run_store.runs_claim_batch("w0", [held])
+    first, copy, wrong_attempt, taken = (
+        _req(RUN_A, 1),
+        _req(RUN_A, 1),
+        _req(RUN_B, 2),
+        _req(RUN_C, 1),
+    )
+    claims = run_store.runs_claim_batch("w1", [first, copy, wrong_attempt, taken])
+    # Exactly one of the two copies of RUN_A wins; the wrong attempt and the taken run lose.
+    assert len(claims) == 1
+    (token, claim), *_ = claims.items()
+    assert token in (first.lease_token, copy.lease_token)
+    assert claim.attempt == 1 and claim.lease_token == token
     assert claim.lease_expires_at > claim.claimed_at
-    assert _claim(run_store, 1, worker="w2") is None  # a duplicate message claims nothing
 
 
-def test_heartbeat_and_completion_are_fenced_by_the_token(run_store: RunStore) -> None:
-    claim = _claim(run_store, 1)
-    assert claim is not None
-    stranger = uuid.uuid4()
-    assert run_store.runs_heartbeat(RUN_ID, SCHEDULED, stranger, LEASE) is None
-    assert run_store.runs_heartbeat(RUN_ID, SCHEDULED, claim.lease_token, LEASE) is not None
-    assert not _complete(run_store, 1, stranger, "succeeded")
-    assert _complete(run_store, 1, claim.lease_token, "succeeded")
-    # Once completed, the old token renews nothing and completes nothing again.
-    assert run_store.runs_heartbeat(RUN_ID, SCHEDULED, claim.lease_token, LEASE) is None
-    assert not _complete(run_store, 1, claim.lease_token, "succeeded")
-    assert _claim(run_store, 2) is None  # a succeeded run is never claimed again
+def test_a_claim_retried_after_its_reply_was_lost_is_recognised(run_store: RunStore) -> None:
+    request = _req(RUN_A, 1)
+    first = run_store.runs_claim_batch("w1", [request])
+    again = run_store.runs_claim_batch("w1", [request])  # same token: our own claim
+    assert first[request.lease_token].attempt == again[request.lease_token].attempt == 1
+    assert run_store.runs_claim_batch("w2", [_req(RUN_A, 1)]) == {}  # anyone else: nothing
+
+
+def test_renewals_are_fenced_by_the_token(run_store: RunStore) -> None:
+    a, b = _req(RUN_A, 1), _req(RUN_B, 1)
+    run_store.runs_claim_batch("w1", [a, b])
+    _steal(run_store, RUN_B)
+    renewed = run_store.runs_renew_batch(
+        [
+            LeaseRenewal(RUN_A, SCHEDULED, a.lease_token, LEASE),
+            LeaseRenewal(RUN_B, SCHEDULED, b.lease_token, LEASE),
+            LeaseRenewal(RUN_C, SCHEDULED, uuid.uuid4(), LEASE),
+        ]
+    )
+    assert set(renewed) == {a.lease_token}
+
+
+def test_a_completion_batch_rejects_only_the_row_whose_lease_was_lost(run_store: RunStore) -> None:
+    a, b, c = _req(RUN_A, 1), _req(RUN_B, 1), _req(RUN_C, 1)
+    run_store.runs_claim_batch("w1", [a, b, c])
+    _steal(run_store, RUN_B)
+    before = _fenced_count(run_store)
+    accepted = run_store.runs_complete_batch(
+        "w1",
+        [
+            _end(RUN_A, 1, a.lease_token, "succeeded"),
+            _end(RUN_B, 1, b.lease_token, "succeeded"),
+            _end(RUN_C, 1, c.lease_token, "dead"),
+        ],
+    )
+    assert accepted == {a.lease_token, c.lease_token}
+    assert _fenced_count(run_store) == before + 1  # recorded: the evidence for invariant I3
+    # Retried with the same tokens (a reply lost): the accepted ones are recognised, nothing
+    # changes, and the fenced one stays fenced.
+    again = run_store.runs_complete_batch(
+        "w1",
+        [_end(RUN_A, 1, a.lease_token, "succeeded"), _end(RUN_B, 1, b.lease_token, "succeeded")],
+    )
+    assert again == {a.lease_token}
+    # A completed run renews nothing and is never claimed again.
+    assert run_store.runs_renew_batch([LeaseRenewal(RUN_A, SCHEDULED, a.lease_token, LEASE)]) == {}
+    assert run_store.runs_claim_batch("w2", [_req(RUN_A, 2)]) == {}
 
 
 def test_a_retry_is_claimed_by_the_next_attempt_with_a_new_token(run_store: RunStore) -> None:
-    first = _claim(run_store, 1)
-    assert first is not None
-    assert _complete(run_store, 1, first.lease_token, "scheduled")  # retry after backoff
-    assert _claim(run_store, 1) is None
-    second = _claim(run_store, 2)
-    assert second is not None and second.attempt == 2
-    assert second.lease_token != first.lease_token
-    assert not _complete(run_store, 2, first.lease_token, "succeeded")  # the old attempt is fenced
-    assert _complete(run_store, 2, second.lease_token, "dead")
+    first = _req(RUN_A, 1)
+    run_store.runs_claim_batch("w1", [first])
+    assert run_store.runs_complete_batch(
+        "w1", [_end(RUN_A, 1, first.lease_token, "scheduled")]
+    ) == {first.lease_token}
+    assert run_store.runs_claim_batch("w1", [_req(RUN_A, 1)]) == {}
+    second = _req(RUN_A, 2)
+    assert run_store.runs_claim_batch("w2", [second])[second.lease_token].attempt == 2
+    # The old attempt's completion is fenced, even though its own run_attempts row exists.
+    stale = _end(RUN_A, 2, first.lease_token, "succeeded")
+    assert run_store.runs_complete_batch("w1", [stale]) == set()
+    assert run_store.runs_complete_batch(
+        "w2", [_end(RUN_A, 2, second.lease_token, "dead")]
+    ) == {second.lease_token}

@@ -31,9 +31,17 @@ from duetime.bus.kafka import consumer_config, create_topics, producer_config
 from duetime.bus.records import RUN_EVENTS, RUN_RESULTS
 from duetime.bus.topics import TopicCatalog, TopicSpec
 from duetime.config import Settings
+from duetime.errors import StoreError
 from duetime.model import HttpTarget, KafkaTarget, RunEvent, Target, run_id_for
 from duetime.store import NewRun, Store
 from duetime_workers import WorkerConfig, WorkerService
+from duetime_workers.attempt import AttemptRunner
+from duetime_workers.blocking import BlockingCalls
+from duetime_workers.http_target import HttpExecutor
+from duetime_workers.kafka_target import KafkaExecutor
+from duetime_workers.producer import AsyncProducer
+from duetime_workers.targets import Targets
+from duetime_workers.transport import make_http_client
 
 pytestmark = pytest.mark.integration
 
@@ -501,39 +509,147 @@ def test_kafka_target_on_an_internal_topic_is_refused(
     assert "internal to duetime" in row.last_error
 
 
-def test_entry_point_runs_until_sigterm_and_exits_cleanly(
-    env: Env, target: tuple[Target_, str]
-) -> None:
-    _, base = target
-    run = env.new_run(HttpTarget(url=f"{base}/ok/cli"))
-    env.publish(run)
-    child_env = {
+def _worker_env(env: Env, worker_id: str) -> dict[str, str]:
+    return {
         **os.environ,
         "DUETIME_DATABASE_URL": env.settings.database_url,
         "DUETIME_KAFKA_BOOTSTRAP": env.settings.kafka_bootstrap,
         "DUETIME_TOPIC_PREFIX": env.settings.topic_prefix,
         "DUETIME_ALLOW_PRIVATE_TARGETS": "1",
-        "DUETIME_WORKER_ID": "cli-worker",
+        "DUETIME_WORKER_ID": worker_id,
         "DUETIME_DATA_DIR": str(env.settings.data_dir),
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "duetime_workers", "--concurrency", "2"],
-        env=child_env,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+
+
+def _stop(proc: subprocess.Popen[str], sig: signal.Signals = signal.SIGTERM) -> str:
     try:
-        row = wait_for(state_is(env, run.run_id, "succeeded"), "the run to succeed")
-        assert row.worker == "cli-worker"
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=WAIT)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, stderr
-    lines = stderr.splitlines()
+    return stderr
+
+
+def test_entry_point_runs_until_sigterm_and_exits_cleanly(
+    env: Env, target: tuple[Target_, str]
+) -> None:
+    _, base = target
+    run = env.new_run(HttpTarget(url=f"{base}/ok/cli"))
+    env.publish(run)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "duetime_workers",
+            "--concurrency",
+            "2",
+            "--processes",
+            "1",
+            "--log-level",
+            "DEBUG",
+        ],
+        env=_worker_env(env, "cli-worker"),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    row = wait_for(state_is(env, run.run_id, "succeeded"), "the run to succeed")
+    assert row.worker == "cli-worker"
+    lines = _stop(proc).splitlines()
     assert any(" worker.started " in line for line in lines)
     assert any(" run.claimed " in line and str(run.run_id) in line for line in lines)
     assert any(" run.succeeded " in line and "tenant=acme" in line for line in lines)
-    assert any(" worker.stopped " in line for line in lines), stderr
+    assert any(" worker.stopped " in line for line in lines)
+
+
+def test_several_worker_processes_never_run_one_attempt_twice(
+    env: Env, target: tuple[Target_, str]
+) -> None:
+    """Two worker processes under one supervisor share the partitions; every run is executed
+    once, each attempt by exactly one of them, even with every record published twice."""
+    recorder, base = target
+    runs = [env.new_run(HttpTarget(url=f"{base}/ok/multi")) for _ in range(120)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "duetime_workers", "--processes", "2"],
+        env=_worker_env(env, "multi"),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    env.publish(*runs)
+    env.publish(*runs)  # duplicates on purpose: both copies may land on different processes
+    for run in runs:
+        wait_for(state_is(env, run.run_id, "succeeded"), f"run {run.run_id} to succeed")
+    stderr = _stop(proc)
+    assert " worker.supervisor_stopped code=0" in stderr
+    seen = recorder.requests("/ok/multi")
+    keys = [s.headers["Idempotency-Key"] for s in seen]
+    assert len(keys) == len(set(keys)) == 120  # one request per run, attempt 1 only
+    assert all(key.endswith(":1") for key in keys)
+    with env.store.engine.begin() as conn:
+        workers = conn.execute(
+            text("SELECT DISTINCT worker FROM run_attempts WHERE run_id = ANY(:ids)"),
+            {"ids": [r.run_id for r in runs]},
+        ).scalars()
+        assert set(workers) <= {"multi-0", "multi-1"}
+
+
+def test_a_claim_whose_reply_was_lost_still_runs_the_attempt(
+    env: Env, target: tuple[Target_, str]
+) -> None:
+    """The claim commits, then the connection dies before the reply: the retry (same token)
+    recognises the claim, so a run with max_attempts 1 is executed instead of burnt."""
+    recorder, base = target
+    run = env.new_run(HttpTarget(url=f"{base}/ok/lost-reply"), max_attempts=1)
+
+    class LosesFirstClaimReply(Store):
+        lost = 0
+
+        def runs_claim_batch(self, worker: str, requests: Any) -> Any:
+            claims = super().runs_claim_batch(worker, requests)
+            if not LosesFirstClaimReply.lost:
+                LosesFirstClaimReply.lost += 1
+                raise StoreError("database error: OperationalError: server closed the connection")
+            return claims
+
+    store = LosesFirstClaimReply(env.settings.database_url, pool_size=2)
+    config = WorkerConfig(worker_id="w-lost", allow_private_targets=True)
+    runner_calls = BlockingCalls(max_workers=4)
+
+    async def scenario() -> Any:
+        runner = AttemptRunner(
+            config=config,
+            store=store,
+            events=_NoEvents(),
+            targets=Targets(
+                HttpExecutor(make_http_client(allow_private=True, max_connections=4), "test"),
+                KafkaExecutor(AsyncProducer(Producer(producer_config(env.settings))), "x."),
+            ),
+            calls=runner_calls,
+            stopping=asyncio.Event(),
+        )
+        runner.start()
+        try:
+            return await runner.run(run)
+        finally:
+            await runner.stop()
+
+    try:
+        report = asyncio.run(scenario())
+    finally:
+        runner_calls.shutdown()
+        store.close()
+    assert report.status == "succeeded"
+    assert LosesFirstClaimReply.lost == 1
+    assert len(recorder.requests("/ok/lost-reply")) == 1
+    row = env.run_row(run.run_id)
+    assert (row.state, row.attempt) == ("succeeded", 1)
+
+
+class _NoEvents:
+    def heartbeat(self, heartbeat: Any) -> None:
+        return None
+
+    def result(self, result: Any) -> None:
+        return None

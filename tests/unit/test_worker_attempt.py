@@ -1,4 +1,4 @@
-"""The attempt pipeline with in-memory ports: claim, lease keeping, self-fencing, completion.
+"""The attempt pipeline with in-memory ports: batched claims, renewals, self-fencing, completion.
 
 Leases here are about a second long so that the lease logic runs for real (monotonic clock,
 asyncio timers) while the tests stay fast; they wait on events, not on fixed sleeps.
@@ -24,7 +24,7 @@ from duetime_workers.attempt import AttemptRunner
 from duetime_workers.blocking import BlockingCalls
 from duetime_workers.config import WorkerConfig
 from duetime_workers.outcome import AttemptOutcome, OutcomeKind, final, retryable
-from tests.fakes.run_store import FakeStore
+from tests.fakes.run_store import FakeRun, FakeStore
 
 SCHEDULED = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -91,7 +91,13 @@ OK = AttemptOutcome(OutcomeKind.SUCCEEDED, status_code=200)
 async def calls() -> AsyncIterator[BlockingCalls]:
     pool = BlockingCalls(max_workers=8, name="test-db")
     yield pool
+    for runner in _STARTED:
+        await runner.stop()
+    _STARTED.clear()
     pool.shutdown()
+
+
+_STARTED: list[AttemptRunner] = []
 
 
 def _runner(
@@ -105,7 +111,7 @@ def _runner(
     **config: Any,
 ) -> AttemptRunner:
     settings = replace(WorkerConfig(worker_id="w-test"), **config)
-    return AttemptRunner(
+    runner = AttemptRunner(
         config=settings,
         store=store,
         events=events,
@@ -114,6 +120,9 @@ def _runner(
         stopping=stopping or asyncio.Event(),
         backoff=backoff,
     )
+    runner.start()
+    _STARTED.append(runner)  # stopped by the ``calls`` fixture
+    return runner
 
 
 async def test_success(calls: BlockingCalls) -> None:
@@ -122,11 +131,11 @@ async def test_success(calls: BlockingCalls) -> None:
     assert (report.status, report.commit) == ("succeeded", True)
     assert targets.calls == [1]
     (done,) = store.completions
-    assert (done["state"], done["outcome"], done["status_code"], done["worker"]) == (
+    assert (done.state, done.outcome, done.status_code, done.attempt) == (
         "succeeded",
         "succeeded",
         200,
-        "w-test",
+        1,
     )
     (result,) = events.results
     assert (result.outcome, result.state, result.attempt, result.tenant) == (
@@ -138,8 +147,10 @@ async def test_success(calls: BlockingCalls) -> None:
 
 
 async def test_duplicate_message_claims_nothing(calls: BlockingCalls) -> None:
-    store, events, targets = FakeStore(state="succeeded", attempt=1), FakeEvents(), FakeTargets(OK)
-    report = await _runner(store, events, targets, calls).run(_run())
+    store, events, targets = FakeStore(), FakeEvents(), FakeTargets(OK)
+    run = _run()
+    store.runs[run.run_id] = FakeRun(state="succeeded", attempt=1)
+    report = await _runner(store, events, targets, calls).run(run)
     assert (report.status, report.commit) == ("claim_skipped", True)
     assert targets.calls == [] and events.results == []
 
@@ -151,7 +162,7 @@ async def test_retryable_failure_schedules_a_retry_after_backoff(calls: Blocking
     )
     assert report.status == "retry_scheduled"
     (done,) = store.completions
-    assert (done["state"], done["outcome"], done["retry_delay"]) == (
+    assert (done.state, done.outcome, done.retry_delay) == (
         "scheduled",
         "failed",
         timedelta(seconds=7),
@@ -163,16 +174,15 @@ async def test_retry_after_longer_than_backoff_wins(calls: BlockingCalls) -> Non
     store = FakeStore()
     slow_down = AttemptOutcome(OutcomeKind.RETRYABLE, "HTTP 429", 429, timedelta(minutes=5))
     await _runner(store, FakeEvents(), FakeTargets(slow_down), calls).run(_run())
-    assert store.completions[0]["retry_delay"] == timedelta(minutes=5)
+    assert store.completions[0].retry_delay == timedelta(minutes=5)
 
 
 async def test_last_attempt_failure_is_dead(calls: BlockingCalls) -> None:
-    store = FakeStore(attempt=2)
-    report = await _runner(store, FakeEvents(), FakeTargets(retryable("boom")), calls).run(
-        _run(attempt=3, max_attempts=3)
-    )
+    store, run = FakeStore(), _run(attempt=3, max_attempts=3)
+    store.runs[run.run_id] = FakeRun(attempt=2)
+    report = await _runner(store, FakeEvents(), FakeTargets(retryable("boom")), calls).run(run)
     assert report.status == "dead"
-    assert store.completions[0]["state"] == "dead"
+    assert store.completions[0].state == "dead"
 
 
 async def test_final_failure_is_dead(calls: BlockingCalls) -> None:
@@ -181,7 +191,7 @@ async def test_final_failure_is_dead(calls: BlockingCalls) -> None:
         _run()
     )
     assert report.status == "dead"
-    assert (store.completions[0]["error"], store.completions[0]["status_code"]) == ("HTTP 400", 400)
+    assert (store.completions[0].error, store.completions[0].status_code) == ("HTTP 400", 400)
 
 
 async def test_executor_bug_fails_the_attempt_instead_of_leaking_the_lease(
@@ -190,7 +200,7 @@ async def test_executor_bug_fails_the_attempt_instead_of_leaking_the_lease(
     store = FakeStore()
     report = await _runner(store, FakeEvents(), FakeTargets(RuntimeError("bug")), calls).run(_run())
     assert report.status == "retry_scheduled"
-    assert store.completions[0]["error"] == "internal worker error: RuntimeError"
+    assert store.completions[0].error == "internal worker error: RuntimeError"
 
 
 async def test_heartbeats_renew_and_are_announced(calls: BlockingCalls) -> None:
@@ -208,9 +218,10 @@ async def test_lease_taken_away_cancels_the_execution_and_nothing_completes(
     calls: BlockingCalls,
 ) -> None:
     store, events, targets = FakeStore(), FakeEvents(), FakeTargets(OK, hold=True)
-    task = asyncio.create_task(_runner(store, events, targets, calls).run(_run(hb_s=0.05)))
+    run = _run(hb_s=0.05)
+    task = asyncio.create_task(_runner(store, events, targets, calls).run(run))
     await targets.started.wait()
-    store.steal()
+    store.steal(run.run_id)
     report = await asyncio.wait_for(task, timeout=5)
     assert (report.status, report.commit) == ("lease_lost", True)
     assert targets.cancelled
@@ -243,11 +254,10 @@ async def test_silent_database_partition_self_fences_before_the_lease_ends(
 async def test_completion_with_a_stale_token_is_fenced(calls: BlockingCalls) -> None:
     store, events, targets = FakeStore(), FakeEvents(), FakeTargets(OK, hold=True)
     # A long heartbeat interval: the theft is only discovered by the completion.
-    task = asyncio.create_task(
-        _runner(store, events, targets, calls).run(_run(lease_s=30, hb_s=10))
-    )
+    run = _run(lease_s=30, hb_s=10)
+    task = asyncio.create_task(_runner(store, events, targets, calls).run(run))
     await targets.started.wait()
-    store.steal()
+    store.steal(run.run_id)
     targets.release.set()
     report = await task
     assert report.status == "completion_fenced"
@@ -300,9 +310,9 @@ async def test_claim_call_that_hangs_hits_its_deadline(calls: BlockingCalls) -> 
     release = threading.Event()
 
     class HangingClaim(FakeStore):
-        def runs_claim(self, *args: Any, **kwargs: Any) -> Claim | None:
+        def runs_claim_batch(self, *args: Any, **kwargs: Any) -> dict[uuid.UUID, Claim]:
             release.wait()
-            return None
+            return {}
 
     runner = _runner(
         HangingClaim(),
@@ -317,6 +327,42 @@ async def test_claim_call_that_hangs_hits_its_deadline(calls: BlockingCalls) -> 
     finally:
         release.set()
     assert report.status == "claim_failed"
+
+
+async def test_a_claim_whose_reply_was_lost_is_recognised_and_the_run_executes(
+    calls: BlockingCalls,
+) -> None:
+    # The claim committed but its reply never came: the retry, with the same token, must find
+    # its own claim. Otherwise a run with max_attempts 1 would never execute.
+    store, targets = FakeStore(claim_lost_replies=1), FakeTargets(OK)
+    report = await _runner(store, FakeEvents(), targets, calls).run(_run(max_attempts=1))
+    assert report.status == "succeeded"
+    assert targets.calls == [1] and store.claim_calls == 2
+
+
+async def test_a_completion_whose_reply_was_lost_is_recognised(calls: BlockingCalls) -> None:
+    store, events = FakeStore(complete_lost_replies=1), FakeEvents()
+    report = await _runner(store, events, FakeTargets(OK), calls).run(_run(lease_s=5))
+    assert report.status == "succeeded"
+    assert len(store.completions) == 1 and store.fenced == []
+    assert [r.outcome for r in events.results] == ["succeeded"]
+
+
+async def test_concurrent_attempts_share_claim_completion_and_renewal_statements(
+    calls: BlockingCalls,
+) -> None:
+    store, events, targets = FakeStore(), FakeEvents(), FakeTargets(OK, hold=True)
+    runner = _runner(store, events, targets, calls)
+    tasks = [asyncio.create_task(runner.run(_run(lease_s=2.0, hb_s=0.1))) for _ in range(50)]
+    await _until(lambda: len(targets.calls) == 50)
+    await _until(lambda: len(events.heartbeats) >= 100)
+    targets.release.set()
+    reports = await asyncio.gather(*tasks)
+    assert {r.status for r in reports} == {"succeeded"}
+    assert len(store.completions) == 50
+    # 50 attempts, a handful of statements: batching, not one transaction per run.
+    assert store.claim_calls <= 3 and store.complete_calls <= 3
+    assert store.renewals <= len(events.heartbeats) / 10
 
 
 async def _until(condition: Callable[[], bool], within: float = 5.0) -> None:

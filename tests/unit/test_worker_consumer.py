@@ -151,6 +151,7 @@ class Harness:
         self.slots = Slots(capacity)
         self.tracker = OffsetTracker()
         self.submitted: list[Fetched] = []
+        self.batches: list[int] = []  # sizes of the hand-overs to the event loop
         self.max_in_use = 0
         self.loop = ReadyConsumer(
             self.fake,  # type: ignore[arg-type]
@@ -163,8 +164,9 @@ class Harness:
         )
         self.thread = threading.Thread(target=self.loop.run, daemon=True)
 
-    def _submit(self, fetched: Fetched) -> None:
-        self.submitted.append(fetched)
+    def _submit(self, batch: list[Fetched]) -> None:
+        self.batches.append(len(batch))
+        self.submitted.extend(batch)
         self.max_in_use = max(self.max_in_use, self.slots.in_use())
 
     def finish(self, fetched: Fetched) -> None:
@@ -211,6 +213,7 @@ def test_takes_no_more_than_the_free_slots(harness_factory: Callable[..., Harnes
     # Saturated: nothing more is taken; the partition is paused once that lasts pause_after.
     _until(lambda: h.fake.paused == {0})
     assert len(h.submitted) == 3
+    assert h.batches[0] == 3  # one fetch, one hand-over: the loop claims them in one statement
     finished = 0
     while finished < 10:
         _until(partial(_more_than, h.submitted, finished))

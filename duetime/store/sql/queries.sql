@@ -110,32 +110,6 @@ WHERE state = 'scheduled' AND published_at IS NOT NULL
   AND due_at < now() - make_interval(secs => CAST(:grace_seconds AS double precision))
   AND published_at < now() - make_interval(secs => CAST(:grace_seconds AS double precision));
 
--- name: runs_claim
--- A worker claims attempt :attempt. Only a run still 'scheduled' with :attempt - 1 attempts behind
--- it matches, so a duplicate message claims nothing. Every claim issues a fresh lease token.
-WITH claimed AS (
-    UPDATE runs SET state = 'running', attempt = attempt + 1, lease_token = gen_random_uuid(),
-                    lease_expires_at = now() + make_interval(secs => CAST(:lease_seconds AS double precision)),
-                    worker = :worker, started_at = COALESCE(started_at, now()), progress = NULL,
-                    next_attempt_at = NULL, updated_at = now()
-    WHERE run_id = :run_id AND scheduled_for = :scheduled_for AND state = 'scheduled'
-      AND attempt = CAST(:attempt AS integer) - 1
-    RETURNING run_id, scheduled_for, job_id, attempt, lease_token, lease_expires_at, worker
-), attempt_row AS (
-    INSERT INTO run_attempts (run_id, scheduled_for, attempt, job_id, worker, lease_token)
-    SELECT run_id, scheduled_for, attempt, job_id, worker, lease_token FROM claimed
-    ON CONFLICT (run_id, attempt) DO NOTHING
-)
-SELECT attempt, lease_token, lease_expires_at, now() AS claimed_at FROM claimed;
-
--- name: runs_heartbeat
--- Renew the lease if, and only if, the token still matches (fencing).
-UPDATE runs SET lease_expires_at = now() + make_interval(secs => CAST(:lease_seconds AS double precision)),
-                progress = COALESCE(:progress, progress), updated_at = now()
-WHERE run_id = :run_id AND scheduled_for = :scheduled_for AND lease_token = :lease_token
-  AND state = 'running'
-RETURNING lease_expires_at;
-
 -- name: runs_complete
 -- Ends an attempt, fenced by its lease token: the new state is accepted only from the attempt that
 -- holds the lease. Used by workers (outcome succeeded | failed) and by the reaper for expired
@@ -162,10 +136,6 @@ WITH done AS (
     FROM done WHERE a.run_id = done.run_id AND a.attempt = done.attempt
 )
 SELECT attempt FROM done;
-
--- name: runs_record_fenced
-INSERT INTO run_fenced_completions (run_id, attempt, worker, lease_token, outcome)
-VALUES (:run_id, :attempt, :worker, :lease_token, :outcome);
 
 -- name: runs_get_expired
 -- The reaper's scan: running attempts whose lease ran out by the database clock.

@@ -6,8 +6,14 @@
                  │
                  └► Claim(attempt, lease_token) ─► execute target ─┬► outcome ─► decide ─► complete
                         │                                          │              (fenced CAS)
-                        └── LeaseKeeper renews every interval ─────┘
+                        └── LeaseRenewer renews every interval ────┘
                               lost ─► cancel the execution, do not complete (self-fencing)
+
+Claims and completions go through ``StatementBatcher``s, so every attempt in flight in this
+process shares one statement per batch with the others; leases are renewed for all attempts at
+once by the ``LeaseRenewer``. The lease token is generated here, once per attempt: a claim or a
+completion retried after a lost reply carries the same token, and the database recognises its own
+earlier effect instead of burning the attempt.
 
 Every database call has a client-side deadline (``BlockingCalls``). The claim is retried through
 database errors for ``claim_give_up``; after that the record is committed past anyway, because
@@ -24,7 +30,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -33,16 +40,16 @@ from duetime.errors import StoreError
 from duetime.events import RunResult
 from duetime.model import RunEvent
 from duetime.schedule import retry_delay
-from duetime.store import Claim
+from duetime.store import AttemptEnd, Claim, ClaimRequest
 
+from .batcher import StatementBatcher
 from .blocking import BlockingCalls
 from .config import WorkerConfig
 from .decision import Completion, decide
-from .heartbeat import LeaseKeeper
-from .lease import LeaseClock, effective_heartbeat_interval
 from .logs import event
 from .outcome import AttemptOutcome, retryable
 from .ports import RunEvents, RunStore, TargetExecutor
+from .renewer import HeldLease, LeaseRenewer
 
 __all__ = ["AttemptReport", "AttemptRunner", "AttemptStatus", "default_backoff"]
 
@@ -97,7 +104,10 @@ def _context(run: RunEvent, attempt: int | None = None) -> dict[str, Any]:
 
 
 class AttemptRunner:
-    """Runs attempts for one worker process; one ``run()`` call per RunEvent."""
+    """Runs attempts for one worker process; one ``run()`` call per RunEvent.
+
+    ``start()`` (on the event loop) before the first run, ``stop()`` after the last.
+    """
 
     def __init__(
         self,
@@ -121,7 +131,31 @@ class AttemptRunner:
         self._monotonic = monotonic
         self._now = now
         self._backoff = backoff
-        self._db_timeout = config.db_call_timeout.total_seconds()
+        worker = config.worker_id
+        timeout = config.db_call_timeout.total_seconds()
+        self.claims: StatementBatcher[ClaimRequest, Claim | None] = StatementBatcher(
+            lambda requests: _claim_results(store.runs_claim_batch(worker, requests), requests),
+            calls,
+            timeout=timeout,
+        )
+        self.completions: StatementBatcher[AttemptEnd, bool] = StatementBatcher(
+            lambda ends: _end_results(store.runs_complete_batch(worker, ends), ends),
+            calls,
+            timeout=timeout,
+        )
+        self.leases = LeaseRenewer(
+            store=store, events=events, calls=calls, worker=worker, monotonic=monotonic, now=now
+        )
+
+    def start(self) -> None:
+        self.claims.start()
+        self.completions.start()
+        self.leases.start()
+
+    async def stop(self) -> None:
+        await self.leases.stop()
+        await self.claims.stop()
+        await self.completions.stop()
 
     async def run(self, run: RunEvent) -> AttemptReport:
         claimed = await self._claim(run)
@@ -129,40 +163,39 @@ class AttemptRunner:
             return claimed
         claim, sent_at = claimed
         ctx = _context(run, claim.attempt)
-        event("run.claimed", **ctx, target_service=run.target_service)
-        clock = LeaseClock.start(run.lease, sent_at)
-        outcome = await self._execute_leased(run, claim, clock)
+        event("run.claimed", logging.DEBUG, **ctx, target_service=run.target_service)
+        lease = self.leases.hold(run, claim, sent_at)
+        try:
+            outcome = await self._execute_leased(run, claim, lease)
+        finally:
+            # Renewals stop with the execution: a completion that cannot reach the database
+            # is retried only until the lease runs out, then the reaper takes over.
+            self.leases.release(lease)
         if outcome is None:
             self._announce(run, claim, "fenced", UNKNOWN_STATE, "lease lost")
             return AttemptReport("lease_lost")
         completion = decide(
             outcome, claim.attempt, run.max_attempts, self._backoff(run, claim.attempt)
         )
-        return await self._finish(run, claim, clock, completion)
+        return await self._finish(run, claim, lease, completion)
 
     # claim --------------------------------------------------------------------------------
     async def _claim(self, run: RunEvent) -> tuple[Claim, float] | AttemptReport:
         """The claim and the monotonic time its statement was sent, or why there is none."""
         ctx = _context(run)
+        # One token for every try: a retry after a lost reply must recognise its own claim.
+        request = ClaimRequest(run.run_id, run.scheduled_for, run.attempt, uuid.uuid4(), run.lease)
         give_up_at = self._monotonic() + self._config.claim_give_up.total_seconds()
         pause = _CLAIM_RETRY_FIRST
         while True:
             sent_at = self._monotonic()
             try:
-                claim = await self._calls.call(
-                    self._db_timeout,
-                    self._store.runs_claim,
-                    run.run_id,
-                    run.scheduled_for,
-                    run.attempt,
-                    self._config.worker_id,
-                    run.lease,
-                )
+                claim = await self.claims.submit(request)
             except (StoreError, TimeoutError) as exc:
                 event("run.claim_error", logging.WARNING, **ctx, error=_describe(exc))
             else:
                 if claim is None:
-                    event("run.claim_skipped", **ctx)
+                    event("run.claim_skipped", logging.DEBUG, **ctx)
                     return AttemptReport("claim_skipped")
                 return claim, sent_at
             if self._stopping.is_set():
@@ -176,41 +209,25 @@ class AttemptRunner:
 
     # execute ------------------------------------------------------------------------------
     async def _execute_leased(
-        self, run: RunEvent, claim: Claim, clock: LeaseClock
+        self, run: RunEvent, claim: Claim, lease: HeldLease
     ) -> AttemptOutcome | None:
         """The target's outcome, or None if the lease was lost (execution cancelled)."""
-        keeper = LeaseKeeper(
-            run=run,
-            claim=claim,
-            worker=self._config.worker_id,
-            clock=clock,
-            interval=effective_heartbeat_interval(run.lease, run.heartbeat_interval),
-            store=self._store,
-            events=self._events,
-            calls=self._calls,
-            monotonic=self._monotonic,
-            now=self._now,
-        )
-        execution = asyncio.create_task(self._targets.execute(run, claim.attempt))
-        keeping = asyncio.create_task(keeper.run())
+        execution = asyncio.ensure_future(self._targets.execute(run, claim.attempt))
         try:
-            await asyncio.wait({execution, keeping}, return_when=asyncio.FIRST_COMPLETED)
+            waiting: set[asyncio.Future[Any]] = {execution, lease.lost}
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         finally:  # also on our own cancellation (shutdown past its grace)
-            for task in (execution, keeping):
-                task.cancel()
+            if not execution.done():
+                execution.cancel()
         if execution.done() and not execution.cancelled():
-            await asyncio.wait({keeping})
             return self._outcome_of(run, claim, execution)
-        reason = "lease keeper failed"
-        if not keeping.cancelled():
-            error = keeping.exception()
-            reason = f"lease keeper failed: {error!r}" if error else str(keeping.result())
+        reason = lease.lost.result() if lease.lost.done() else "cancelled"
         await asyncio.wait({execution}, timeout=_CANCEL_WAIT)
         event("lease.lost", logging.WARNING, **_context(run, claim.attempt), reason=reason)
         return None
 
     def _outcome_of(
-        self, run: RunEvent, claim: Claim, task: asyncio.Task[AttemptOutcome]
+        self, run: RunEvent, claim: Claim, task: asyncio.Future[AttemptOutcome]
     ) -> AttemptOutcome:
         error = task.exception()
         if error is None:
@@ -227,18 +244,18 @@ class AttemptRunner:
 
     # complete -----------------------------------------------------------------------------
     async def _finish(
-        self, run: RunEvent, claim: Claim, clock: LeaseClock, completion: Completion
+        self, run: RunEvent, claim: Claim, lease: HeldLease, completion: Completion
     ) -> AttemptReport:
         ctx = _context(run, claim.attempt)
         if completion.outcome == "failed":
             event(
                 "run.failed",
-                logging.WARNING,
+                logging.DEBUG,
                 **ctx,
                 error=completion.error,
                 status_code=completion.status_code,
             )
-        accepted = await self._complete(run, claim, clock, completion)
+        accepted = await self._complete(run, claim, lease, completion)
         if accepted is None:
             event("run.completion_failed", logging.ERROR, **ctx, state=completion.state)
             return AttemptReport("completion_failed")
@@ -257,37 +274,34 @@ class AttemptRunner:
             completion.status_code,
         )
         if completion.state == "succeeded":
-            event("run.succeeded", **ctx, status_code=completion.status_code)
+            event("run.succeeded", logging.DEBUG, **ctx, status_code=completion.status_code)
             return AttemptReport("succeeded")
         if completion.state == "scheduled":
             delay_ms = int(completion.retry_delay / timedelta(milliseconds=1))
-            event("run.retry_scheduled", **ctx, retry_in_ms=delay_ms)
+            event("run.retry_scheduled", logging.DEBUG, **ctx, retry_in_ms=delay_ms)
             return AttemptReport("retry_scheduled")
         event("run.dead", logging.WARNING, **ctx, error=completion.error)
         return AttemptReport("dead")
 
     async def _complete(
-        self, run: RunEvent, claim: Claim, clock: LeaseClock, completion: Completion
+        self, run: RunEvent, claim: Claim, lease: HeldLease, completion: Completion
     ) -> bool | None:
         """True = accepted, False = fenced, None = never reached the database."""
+        end = AttemptEnd(
+            run_id=run.run_id,
+            scheduled_for=run.scheduled_for,
+            attempt=claim.attempt,
+            lease_token=claim.lease_token,
+            state=completion.state,
+            outcome=completion.outcome,
+            error=completion.error,
+            status_code=completion.status_code,
+            retry_delay=completion.retry_delay,
+        )
         pause = _COMPLETE_RETRY_FIRST
         while True:
             try:
-                accepted: bool = await self._calls.call(
-                    self._db_timeout,
-                    self._store.runs_complete,
-                    run_id=run.run_id,
-                    scheduled_for=run.scheduled_for,
-                    attempt=claim.attempt,
-                    worker=self._config.worker_id,
-                    lease_token=claim.lease_token,
-                    state=completion.state,
-                    outcome=completion.outcome,
-                    error=completion.error,
-                    status_code=completion.status_code,
-                    retry_delay=completion.retry_delay,
-                )
-                return accepted
+                return await self.completions.submit(end)
             except (StoreError, TimeoutError) as exc:
                 event(
                     "run.completion_error",
@@ -296,7 +310,7 @@ class AttemptRunner:
                     error=_describe(exc),
                 )
             # Past the local deadline the lease is (about to be) gone; the reaper takes over.
-            remaining = clock.remaining(self._monotonic())
+            remaining = lease.clock.remaining(self._monotonic())
             if remaining <= 0:
                 return None
             await asyncio.sleep(min(pause, remaining))
@@ -329,6 +343,16 @@ class AttemptRunner:
                 status_code=status_code,
             )
         )
+
+
+def _claim_results(
+    claims: dict[uuid.UUID, Claim], requests: Sequence[ClaimRequest]
+) -> list[Claim | None]:
+    return [claims.get(request.lease_token) for request in requests]
+
+
+def _end_results(accepted: set[uuid.UUID], ends: Sequence[AttemptEnd]) -> list[bool]:
+    return [end.lease_token in accepted for end in ends]
 
 
 def _describe(exc: BaseException) -> str:

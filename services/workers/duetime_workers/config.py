@@ -4,7 +4,8 @@ Environment (command-line options override them):
 
 ========================================  ==============================================
 ``DUETIME_WORKER_ID``                     worker name in leases and logs (hostname-pid)
-``DUETIME_WORKER_CONCURRENCY``            execution slots (16)
+``DUETIME_WORKER_CONCURRENCY``            execution slots per process (256)
+``DUETIME_WORKER_PROCESSES``              worker processes (one per CPU core)
 ``DUETIME_ALLOW_PRIVATE_TARGETS``         ``1`` lets HTTP targets reach private addresses
 ``DUETIME_WORKER_SHUTDOWN_GRACE``         seconds in-flight attempts get at shutdown (10)
 ========================================  ==============================================
@@ -48,7 +49,9 @@ class WorkerConfig:
 
     Attributes:
         worker_id: Recorded on leases and attempts; unique per process.
-        concurrency: Attempts executing at once; the consumer takes no more than this.
+        concurrency: Attempts executing at once in one process; the consumer takes no more than
+            this. Claims, completions and renewals are batched, so slots cost no connections:
+            a slot is an asyncio task and, for HTTP targets, at most one pooled connection.
         allow_private_targets: Let HTTP targets reach loopback/private/link-local addresses.
             Off in production (SSRF); the local demo turns it on for its 127.0.0.1 target.
         shutdown_grace: How long in-flight attempts may run after SIGTERM before they are
@@ -62,7 +65,7 @@ class WorkerConfig:
     """
 
     worker_id: str = field(default_factory=default_worker_id)
-    concurrency: int = 16
+    concurrency: int = 256
     allow_private_targets: bool = False
     shutdown_grace: timedelta = timedelta(seconds=10)
     db_call_timeout: timedelta = timedelta(seconds=10)

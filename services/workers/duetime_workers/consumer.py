@@ -128,7 +128,7 @@ class ReadyConsumer:
         *,
         slots: Slots,
         tracker: OffsetTracker,
-        submit: Callable[[Fetched], None],
+        submit: Callable[[list[Fetched]], None],
         poll_timeout: float,
         assigned: threading.Event | None = None,
         pause_after: float = _PAUSE_AFTER,
@@ -140,6 +140,9 @@ class ReadyConsumer:
         self._submit = submit
         self._poll_timeout = poll_timeout
         self._waiting: deque[Fetched] = deque()
+        # Records given a slot during the current step, handed over in one call at its end so
+        # that the event loop claims them in one statement.
+        self._outbox: list[Fetched] = []
         # Records fetched ahead of free slots: enough to refill every slot once without a fetch.
         self._prefetch = max(1, slots.capacity)
         self._full_since = 0.0
@@ -200,6 +203,7 @@ class ReadyConsumer:
                 wait = _PAUSED_POLL if self._waiting else self._poll_timeout
                 for message in self._consumer.consume(room, wait):
                     self._accept(message)
+        self._hand_over()
         self._commit(asynchronous=True)
 
     def _accept(self, message: Message) -> None:
@@ -234,7 +238,12 @@ class ReadyConsumer:
 
     def _dispatch(self, fetched: Fetched) -> None:
         self._slots.take()
-        self._submit(fetched)
+        self._outbox.append(fetched)
+
+    def _hand_over(self) -> None:
+        if self._outbox:
+            batch, self._outbox = self._outbox, []
+            self._submit(batch)
 
     # pause / resume -------------------------------------------------------------------------
     def _pause(self) -> None:

@@ -50,12 +50,16 @@ class OffsetTracker:
         with self._lock:
             state = self._parts.get(partition)
             if state is not None and offset in state.pending:
-                state.pending[offset] = True
+                pending = state.pending
+                pending[offset] = True
                 # Drop the handled prefix; what remains starts at the first unhandled offset.
-                for head in list(state.pending):
-                    if not state.pending[head]:
+                # (Walks the prefix only: copying the whole dict per call would be quadratic in
+                # the number of attempts in flight.)
+                while pending:
+                    head = next(iter(pending))
+                    if not pending[head]:
                         break
-                    del state.pending[head]
+                    del pending[head]
 
     def _position(self, state: _PartitionState) -> int | None:
         if state.pending:

@@ -1,6 +1,6 @@
 """The worker's ports: what the attempt pipeline needs from the database, bus and targets.
 
-``duetime.store.Store`` satisfies ``RunStore``; ``service.BusEvents`` satisfies ``RunEvents``;
+``duetime.store.Store`` satisfies ``RunStore``; ``announce.BusEvents`` satisfies ``RunEvents``;
 ``targets.Targets`` satisfies ``TargetExecutor``. Tests pass in-memory versions of each, so the
 lease, fencing and retry logic runs without any server.
 """
@@ -8,12 +8,13 @@ lease, fencing and retry logic runs without any server.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Protocol
 
 from duetime.events import RunHeartbeat, RunResult
 from duetime.model import RunEvent
-from duetime.store import Claim
+from duetime.store import AttemptEnd, Claim, ClaimRequest, LeaseRenewal
 
 from .outcome import AttemptOutcome
 
@@ -21,40 +22,25 @@ __all__ = ["RunEvents", "RunStore", "TargetExecutor"]
 
 
 class RunStore(Protocol):
-    """The three fenced statements of a worker (duetime/store/sql/queries.sql)."""
+    """The worker's three fenced statements, each for a whole batch (duetime/store/sql/worker.sql).
 
-    def runs_claim(
-        self,
-        run_id: uuid.UUID,
-        scheduled_for: datetime,
-        attempt: int,
-        worker: str,
-        lease: timedelta,
-    ) -> Claim | None: ...
+    Every method is all-or-nothing for its batch and decides each row on its own; a call retried
+    with the same lease tokens after a lost reply recognises its own earlier effect.
+    """
 
-    def runs_heartbeat(
-        self,
-        run_id: uuid.UUID,
-        scheduled_for: datetime,
-        lease_token: uuid.UUID,
-        lease: timedelta,
-        progress: str | None = None,
-    ) -> datetime | None: ...
+    def runs_claim_batch(
+        self, worker: str, requests: Sequence[ClaimRequest]
+    ) -> dict[uuid.UUID, Claim]:
+        """Successful claims by lease token; a request missing from the result claimed nothing."""
+        ...
 
-    def runs_complete(
-        self,
-        *,
-        run_id: uuid.UUID,
-        scheduled_for: datetime,
-        attempt: int,
-        worker: str,
-        lease_token: uuid.UUID,
-        state: str,
-        outcome: str,
-        error: str | None = None,
-        status_code: int | None = None,
-        retry_delay: timedelta = timedelta(0),
-    ) -> bool: ...
+    def runs_renew_batch(self, renewals: Sequence[LeaseRenewal]) -> dict[uuid.UUID, datetime]:
+        """New expiry by lease token; a token missing from the result has lost its lease."""
+        ...
+
+    def runs_complete_batch(self, worker: str, ends: Sequence[AttemptEnd]) -> set[uuid.UUID]:
+        """Lease tokens whose end was accepted; the rest were fenced (and recorded)."""
+        ...
 
 
 class RunEvents(Protocol):

@@ -3,6 +3,10 @@
 Registered as entry point ``worker`` in group ``duetime.services`` (so ``duetime`` can start it
 without importing this package) and runnable as ``python -m duetime_workers``. Exit codes:
 0 after a clean shutdown, 1 when the worker failed, 2 for unusable settings.
+
+With ``--processes N`` (default: one per CPU core) this process supervises N worker processes
+(:mod:`duetime_workers.processes`): Python runs one thread of Python at a time, and a worker's
+per-run CPU work (decoding, the target call, bookkeeping) needs every core at a spike.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from duetime.errors import ConfigError, DuetimeError
 
 from .config import WorkerConfig
 from .logs import configure_logging, event
+from .processes import child_argv, die_with_parent, process_count, supervise
 from .worker import WorkerService
 
 __all__ = ["build_config", "main", "parser"]
@@ -33,7 +38,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--concurrency",
         type=int,
-        help="execution slots (env DUETIME_WORKER_CONCURRENCY, default 16)",
+        help="execution slots per process (env DUETIME_WORKER_CONCURRENCY, default 256)",
+    )
+    p.add_argument(
+        "--processes",
+        type=int,
+        help="worker processes (env DUETIME_WORKER_PROCESSES, default: one per CPU core)",
     )
     p.add_argument(
         "--allow-private-targets",
@@ -78,9 +88,13 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings()
         settings.require_database()
         settings.require_kafka()
+        count = process_count(args.processes, os.environ)
     except ConfigError as exc:
         event("worker.config_error", logging.ERROR, error=str(exc))
         return 2
+    if count > 1:
+        return supervise(count, config.worker_id, child_argv(argv), os.environ)
+    die_with_parent()
     try:
         return asyncio.run(WorkerService(settings, config).run())
     except DuetimeError as exc:

@@ -2,26 +2,30 @@
 
 Threads and the event loop divide the work by what blocks:
 
-- the **event loop** runs attempts (HTTP calls, lease keepers, retries) concurrently;
-- a **consumer thread** drives the runs.ready consumer (``ReadyConsumer``) and hands each record
-  to the loop with ``call_soon_threadsafe``; a slot is taken per record and released when its
-  attempt task ends, which is what bounds the work in flight;
+- the **event loop** runs attempts (HTTP calls, retries) concurrently, and the batchers that turn
+  their claims and completions into one statement per batch, and the lease renewer;
+- a **consumer thread** drives the runs.ready consumer (``ReadyConsumer``) and hands the records
+  of each fetch to the loop in one ``call_soon_threadsafe``; a slot is taken per record and
+  released when its attempt task ends, which is what bounds the work in flight;
 - a **producer thread** serves librdkafka delivery callbacks (``AsyncProducer``);
-- a **database pool** runs the blocking store calls under deadlines (``BlockingCalls``).
+- a **database pool** runs the blocking batch statements under deadlines (``BlockingCalls``).
 
 Shutdown (SIGINT/SIGTERM, or ``request_stop()``): stop taking records, give in-flight attempts
 ``shutdown_grace`` to finish, cancel the rest (their leases expire and the reaper retries them;
 their offsets stay uncommitted, so the records are re-delivered too), commit, leave the group,
-flush the producer. A second signal cancels in-flight attempts at once.
+flush the producer. A second signal, a second or more after the first, cancels in-flight
+attempts at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import threading
+import time
 from collections import Counter
 
 from confluent_kafka import Consumer
@@ -48,6 +52,9 @@ __all__ = ["WorkerService"]
 
 _CANCEL_WAIT = 5.0
 _FLUSH_TIMEOUT = 5.0
+_DB_POOL = 8
+_STATS_INTERVAL = 10.0
+_REPEAT_WINDOW = 1.0
 
 
 class WorkerService:
@@ -66,6 +73,7 @@ class WorkerService:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._failed = False
+        self._stop_requested_at = 0.0
 
     def request_stop(self) -> None:
         """Ask the service to shut down; safe from any thread and from signal handlers."""
@@ -76,24 +84,32 @@ class WorkerService:
 
     def _on_stop_request(self) -> None:
         assert self._stop is not None
+        now = time.monotonic()
         if self._stop.is_set():
+            # A repeat within a second is the same request delivered twice (the process group
+            # and a supervisor passing it on); only a deliberate second one forces the stop.
+            if now - self._stop_requested_at < _REPEAT_WINDOW:
+                return
             event("worker.force_stop", logging.WARNING, in_flight=len(self._tasks))
             for task in self._tasks:
                 task.cancel()
+        self._stop_requested_at = now
         self._stop.set()
 
     async def run(self) -> int:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         await asyncio.to_thread(create_topics, self.settings, self._topics())
+        # A handful of statements in flight at a time (claims, completions, renewals), with room
+        # for calls stuck on a dead connection until libpq's keepalives end them.
         store = Store(
             self.settings.require_database(),
-            pool_size=max(5, self.config.concurrency // 2 + 2),
+            pool_size=_DB_POOL,
             application_name=f"duetime-worker:{self.config.worker_id}"[:63],
         )
         producer = AsyncProducer(make_producer(self.settings))
         producer.start()
-        calls = BlockingCalls(max_workers=self.config.concurrency * 2 + 4)
+        calls = BlockingCalls(max_workers=_DB_POOL * 2)
         client = make_http_client(
             allow_private=self.config.allow_private_targets,
             max_connections=self.config.concurrency,
@@ -114,7 +130,7 @@ class WorkerService:
             self.catalog.ready,
             slots=self._slots,
             tracker=self._tracker,
-            submit=lambda fetched: self._submit(runner, fetched),
+            submit=lambda batch: self._submit(runner, batch),
             poll_timeout=self.config.poll_timeout.total_seconds(),
             assigned=self.consuming,
         )
@@ -130,11 +146,15 @@ class WorkerService:
             group=self.group_id,
             allow_private_targets=self.config.allow_private_targets,
         )
+        runner.start()
+        stats = asyncio.create_task(self._log_stats(runner))
         thread.start()
         try:
             await self._stop.wait()
             await self._shutdown(consumer)
         finally:
+            stats.cancel()
+            await runner.stop()
             consumer.stop_fetching.set()
             consumer.drained.set()
             await asyncio.to_thread(thread.join)
@@ -178,22 +198,42 @@ class WorkerService:
             self._failed = True
             self.request_stop()
 
-    def _submit(self, runner: AttemptRunner, fetched: Fetched) -> None:
-        """Called on the consumer thread; starts the attempt on the event loop."""
+    def _submit(self, runner: AttemptRunner, batch: list[Fetched]) -> None:
+        """Called on the consumer thread; starts the batch's attempts on the event loop."""
         assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._spawn, runner, fetched)
+        self._loop.call_soon_threadsafe(self._spawn, runner, batch)
 
-    def _spawn(self, runner: AttemptRunner, fetched: Fetched) -> None:
+    def _spawn(self, runner: AttemptRunner, batch: list[Fetched]) -> None:
         if self._stop is not None and self._stop.is_set():
-            # Taken from the broker while the stop was being requested: leave it uncommitted
-            # (it is re-delivered) rather than start work the shutdown will not wait for.
-            self._slots.release()
+            # Taken from the broker while the stop was being requested: leave them uncommitted
+            # (they are re-delivered) rather than start work the shutdown will not wait for.
+            for _ in batch:
+                self._slots.release()
             return
-        task = asyncio.create_task(runner.run(fetched.run))
-        self._tasks.add(task)
-        task.add_done_callback(lambda done: self._finished(done, fetched))
+        for fetched in batch:
+            task = asyncio.create_task(runner.run(fetched.run))
+            self._tasks.add(task)
+            task.add_done_callback(functools.partial(self._finished, fetched=fetched))
 
-    def _finished(self, task: asyncio.Task[AttemptReport], fetched: Fetched) -> None:
+    async def _log_stats(self, runner: AttemptRunner) -> None:
+        """One ``worker.stats`` line per interval with what happened since the last one."""
+        last: Counter[str] = Counter()
+        while True:
+            await asyncio.sleep(_STATS_INTERVAL)
+            delta = self.stats - last
+            last = Counter(self.stats)
+            if delta or self._tasks:
+                event(
+                    "worker.stats",
+                    in_flight=len(self._tasks),
+                    leases=runner.leases.held,
+                    claim_statements=runner.claims.statements,
+                    completion_statements=runner.completions.statements,
+                    renewal_statements=runner.leases.rounds,
+                    **dict(delta),
+                )
+
+    def _finished(self, task: asyncio.Task[AttemptReport], *, fetched: Fetched) -> None:
         self._tasks.discard(task)
         self._slots.release()
         if task.cancelled():

@@ -1,0 +1,111 @@
+"""Many attempts' database requests, one statement per batch.
+
+Each attempt awaits ``submit(request)`` as if it made its own call; the batcher gathers everything
+submitted while the previous statement was in flight and sends it as one statement
+(``runs_claim_batch``, ``runs_complete_batch``). Under load the batches grow by themselves, with no
+timer: a spike of 20k runs becomes a few dozen statements instead of 40k transactions. At rest a
+lone request goes out at once, so nothing waits for a batch to fill.
+
+A failed statement fails every request in it with the same exception; each attempt then retries
+on its own terms (its claim deadline, its lease), and the retries batch again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+from .blocking import BlockingCalls
+
+__all__ = ["StatementBatcher"]
+
+Req = TypeVar("Req")
+Res = TypeVar("Res")
+
+
+class StatementBatcher(Generic[Req, Res]):
+    """Runs ``flush(requests) -> results`` (same order) on the database pool, batching callers.
+
+    Args:
+        flush: the blocking batch call; returns one result per request, in order.
+        calls: the thread pool with client-side deadlines.
+        timeout: the deadline of one statement (seconds).
+        max_batch: the most requests in one statement.
+        parallel: statements of this kind in flight at once (a slow one does not stall all).
+    """
+
+    def __init__(
+        self,
+        flush: Callable[[Sequence[Req]], Sequence[Res]],
+        calls: BlockingCalls,
+        *,
+        timeout: float,
+        max_batch: int = 2000,
+        parallel: int = 2,
+    ) -> None:
+        self._flush = flush
+        self._calls = calls
+        self._timeout = timeout
+        self._max_batch = max_batch
+        self._parallel = parallel
+        self._pending: list[tuple[Req, asyncio.Future[Res]]] = []
+        self._ready: asyncio.Event | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.statements = 0  # how many statements were sent (tests and stats read it)
+
+    def start(self) -> None:
+        self._ready = asyncio.Event()
+        self._tasks = [asyncio.create_task(self._serve()) for _ in range(self._parallel)]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for _, future in self._pending:
+            if not future.done():
+                future.cancel()
+        self._pending.clear()
+
+    async def submit(self, request: Req) -> Res:
+        """The result for ``request``; raises what its statement raised."""
+        if self._ready is None:
+            raise RuntimeError("StatementBatcher.start() was not called")
+        future: asyncio.Future[Res] = asyncio.get_running_loop().create_future()
+        self._pending.append((request, future))
+        self._ready.set()
+        return await future
+
+    async def _serve(self) -> None:
+        assert self._ready is not None
+        ready = self._ready
+        while True:
+            await ready.wait()
+            # One pass of the loop lets every attempt started in the same step submit first.
+            await asyncio.sleep(0)
+            batch = [(r, f) for r, f in self._pending[: self._max_batch] if not f.done()]
+            del self._pending[: self._max_batch]
+            if not self._pending:
+                ready.clear()
+            if not batch:
+                continue
+            self.statements += 1
+            try:
+                results = await self._calls.call(
+                    self._timeout, self._flush, [request for request, _ in batch]
+                )
+            except asyncio.CancelledError:
+                for _, future in batch:
+                    future.cancel()
+                raise
+            except Exception as exc:  # StoreError, TimeoutError, or a bug: the callers decide
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, future), result in zip(batch, results, strict=True):
+                if not future.done():
+                    future.set_result(result)
