@@ -25,7 +25,7 @@ from duetime.model import HttpTarget
 from duetime_workers.http_target import HttpExecutor
 from duetime_workers.outcome import AttemptOutcome, OutcomeKind
 from duetime_workers.ssrf import IPAddress, TargetRefused
-from duetime_workers.transport import GuardedBackend, make_http_client
+from duetime_workers.transport import GuardedResolver, make_http_client
 
 RUN_ID = uuid.UUID("6a1f3c2e-0b7d-4e59-9d41-1c2b3a4d5e6f")
 SCHEDULED = datetime(2026, 1, 1, tzinfo=UTC)
@@ -177,7 +177,7 @@ async def test_connection_refused_is_retryable(executor: HttpExecutor) -> None:
         port = s.getsockname()[1]
     outcome = await _call(executor, HttpTarget(url=f"http://127.0.0.1:{port}/"))
     assert outcome.kind is OutcomeKind.RETRYABLE
-    assert outcome.error and "ConnectError" in outcome.error
+    assert outcome.error and "ClientConnector" in outcome.error
 
 
 @pytest.mark.parametrize(
@@ -238,7 +238,7 @@ async def test_guard_refuses_a_name_that_resolves_privately(server: _Server) -> 
 async def test_guard_resolves_on_every_connection_and_checks_every_answer() -> None:
     """DNS rebinding: a name whose second answer turns private is refused on that lookup.
 
-    The backend connects to exactly the address list it approved, so there is no second,
+    The connector connects to exactly the address list the resolver approved, so there is no second,
     unchecked lookup between the check and the connect.
     """
     answers = [ipaddress.ip_address("93.184.216.34"), ipaddress.ip_address("10.0.0.9")]
@@ -248,7 +248,7 @@ async def test_guard_resolves_on_every_connection_and_checks_every_answer() -> N
         lookups.append(host)
         return [answers[min(len(lookups) - 1, 1)]]
 
-    backend = GuardedBackend(allow_private=False, resolver=flipping)
+    backend = GuardedResolver(allow_private=False, resolver=flipping)
     assert await backend.addresses("rebind.example", 80) == [answers[0]]
     with pytest.raises(TargetRefused, match=r"resolves to 10\.0\.0\.9"):
         await backend.addresses("rebind.example", 80)

@@ -1,10 +1,9 @@
 """Execute an HTTP target once and classify what happened (``outcome.py`` has the rules).
 
-The whole exchange runs under one total deadline (the target's timeout): httpx's own timeouts
-are per phase (connect, each read), so a target that trickles one byte every few seconds would
-otherwise hold a slot forever. The response body is not read; the status and ``Retry-After`` are
-all the decision needs, and not buffering it keeps a hostile target from filling the worker's
-memory.
+The whole exchange runs under one total deadline (the target's timeout): per-phase timeouts
+(connect, each read) would let a target that trickles one byte every few seconds hold a slot
+forever. The response body is not read; the status and ``Retry-After`` are all the decision
+needs, and not buffering it keeps a hostile target from filling the worker's memory.
 """
 
 from __future__ import annotations
@@ -14,13 +13,15 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-import httpx
+import aiohttp
+from yarl import URL
 
 from duetime.model import HttpTarget
 
 from .headers import InvalidHeader, http_headers
 from .outcome import AttemptOutcome, final, http_outcome, retryable
 from .ssrf import TargetRefused
+from .transport import HttpClient, refused
 
 __all__ = ["HttpExecutor"]
 
@@ -32,12 +33,16 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+class _InvalidTarget(ValueError):
+    pass
+
+
 class HttpExecutor:
     """Calls HTTP targets with duetime's headers through the guarded client."""
 
     def __init__(
         self,
-        client: httpx.AsyncClient,
+        client: HttpClient,
         user_agent: str,
         now: Callable[[], datetime] = _utc_now,
     ) -> None:
@@ -45,32 +50,18 @@ class HttpExecutor:
         self._user_agent = user_agent
         self._now = now
 
-    def _request(
-        self,
-        target: HttpTarget,
-        *,
-        run_id: uuid.UUID,
-        attempt: int,
-        scheduled_for: datetime,
-        timeout: float,
-    ) -> httpx.Request:
-        url = httpx.URL(target.url)
+    def _url(self, target: HttpTarget) -> URL:
+        try:
+            url = URL(target.url)
+        except (ValueError, TypeError) as exc:
+            raise _InvalidTarget(f"invalid target: {exc}") from exc
         if url.scheme not in _ALLOWED_SCHEMES or not url.host:
             # The URL itself stays out of the message: it may carry a token in its query.
-            raise httpx.UnsupportedProtocol(
-                f"only http(s) URLs with a host can be targets, not scheme {url.scheme!r}"
+            raise _InvalidTarget(
+                f"invalid target: only http(s) URLs with a host can be targets, "
+                f"not scheme {url.scheme!r}"
             )
-        headers = http_headers(
-            target.headers,
-            run_id=run_id,
-            attempt=attempt,
-            scheduled_for=scheduled_for,
-            user_agent=self._user_agent,
-        )
-        body = target.body.encode("utf-8") if target.body is not None else None
-        return self._client.build_request(
-            target.method.upper(), url, headers=headers, content=body, timeout=timeout
-        )
+        return url
 
     async def execute(
         self, target: HttpTarget, *, run_id: uuid.UUID, attempt: int, scheduled_for: datetime
@@ -79,32 +70,50 @@ class HttpExecutor:
         timeout = target.timeout if target.timeout > timedelta(0) else _DEFAULT_TIMEOUT
         seconds = timeout.total_seconds()
         try:
-            request = self._request(
-                target,
+            url = self._url(target)
+            headers = http_headers(
+                target.headers,
                 run_id=run_id,
                 attempt=attempt,
                 scheduled_for=scheduled_for,
-                timeout=seconds,
+                user_agent=self._user_agent,
             )
-        except (InvalidHeader, httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError) as exc:
+            self._client.guard.check_literal(url.raw_host or "")
+        except _InvalidTarget as exc:
+            return final(str(exc))
+        except InvalidHeader as exc:
             return final(f"invalid target: {exc}")
-        try:
-            async with asyncio.timeout(seconds):
-                response = await self._client.send(request, stream=True, follow_redirects=False)
-                try:
-                    return http_outcome(
-                        response.status_code,
-                        response.reason_phrase,
-                        response.headers.get("retry-after"),
-                        self._now(),
-                    )
-                finally:
-                    await response.aclose()
         except TargetRefused as exc:
             return final(str(exc))
-        except (TimeoutError, httpx.TimeoutException):
+        body = target.body.encode("utf-8") if target.body is not None else None
+        try:
+            async with (
+                asyncio.timeout(seconds),
+                self._client.session.request(
+                    target.method.upper(),
+                    url,
+                    headers=headers,
+                    data=body,
+                    allow_redirects=False,
+                ) as response,
+            ):
+                return http_outcome(
+                    response.status,
+                    response.reason or "",
+                    response.headers.get("Retry-After"),
+                    self._now(),
+                )
+        except TargetRefused as exc:
+            return final(str(exc))
+        except TimeoutError:
             return retryable(f"timed out after {seconds:g}s")
-        except (httpx.UnsupportedProtocol, httpx.LocalProtocolError) as exc:
+        except aiohttp.InvalidURL as exc:
             return final(f"invalid request: {exc}")
-        except httpx.TransportError as exc:  # connect/read/write errors, remote protocol errors
+        except (aiohttp.ClientError, OSError) as exc:
+            # connect/read/write errors, TLS failures, remote protocol errors
+            why = refused(exc)
+            if why is not None:
+                return final(str(why))
             return retryable(f"{type(exc).__name__}: {exc}".rstrip(": "))
+        except ValueError as exc:  # aiohttp refuses a header or method it cannot send
+            return final(f"invalid request: {exc}")
