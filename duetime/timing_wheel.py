@@ -155,6 +155,19 @@ class TimingWheel(Generic[K, V]):
             entry.slot = None
         return entry.item
 
+    def furthest(self, count: int) -> list[K]:
+        """The keys of the ``count`` items due last (latest first; ties: the last added first).
+
+        O(n log count) over everything held: for rare decisions such as shedding load, never for
+        the per-item path.
+        """
+        if count <= 0:
+            return []
+        entries = heapq.nlargest(
+            count, self._index.values(), key=lambda entry: (entry.due_us, entry.seq)
+        )
+        return [entry.key for entry in entries]
+
     def next_due(self) -> datetime | None:
         """When :meth:`advance` can next release something, or None if the wheel is empty.
 

@@ -1,4 +1,5 @@
-"""The dispatcher as a process on the real broker: on time, once, past poison, across a kill -9.
+"""The dispatcher as a process on the real broker: on time, once, past poison, across a kill -9,
+routed from headers, and on the database clock.
 
 Each test gets its own topic prefix (so its own topics and consumer group) and runs
 ``python -m duetime_dispatcher`` as a subprocess, the way the CLI runs it. Timing bounds are
@@ -26,8 +27,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from duetime.bus.kafka import consumer_config, create_topics, producer_config
 from duetime.bus.records import RUN_EVENTS
+from duetime.bus.run_headers import epoch_ms, routing_headers
 from duetime.bus.topics import TopicCatalog
 from duetime.config import Settings
+from duetime.errors import CodecError
 from duetime.model import HttpTarget, RunEvent
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -141,10 +144,13 @@ def dispatchers(settings: Settings) -> Iterator[Callable[[], DispatcherProcess]]
 
 @dataclass(frozen=True)
 class Arrival:
-    run: RunEvent
+    run: RunEvent | None  # None: the value is not a RunEvent (forwarded untouched all the same)
     key: bytes | None
     created_ms: int  # the record's CreateTime: when the dispatcher produced it
     arrived_at: datetime
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    partition: int
 
 
 class ReadyReader:
@@ -165,12 +171,30 @@ class ReadyReader:
             msg = self._consumer.poll(0.05)
             if msg is None or msg.error() is not None:
                 continue
-            headers = cast(list[tuple[str, bytes | None]], msg.headers())
-            run = RUN_EVENTS.decode(msg.value(), headers)
-            self.arrivals.append(Arrival(run, msg.key(), msg.timestamp()[1], datetime.now(UTC)))
+            headers = cast(list[tuple[str, bytes | None]], msg.headers() or [])
+            try:
+                run: RunEvent | None = RUN_EVENTS.decode(msg.value(), headers)
+            except CodecError:
+                run = None
+            arrived_at = datetime.now(UTC)
+            created_ms = msg.timestamp()[1]
+            self.arrivals.append(
+                Arrival(
+                    run,
+                    msg.key(),
+                    created_ms,
+                    arrived_at,
+                    msg.value(),
+                    headers,
+                    msg.partition() or 0,
+                )
+            )
 
     def of(self, run: RunEvent) -> list[Arrival]:
-        return [a for a in list(self.arrivals) if a.run.run_id == run.run_id]
+        return self.keyed(str(run.run_id).encode())
+
+    def keyed(self, key: bytes) -> list[Arrival]:
+        return [a for a in list(self.arrivals) if a.key == key]
 
     def close(self) -> None:
         self._stop.set()
@@ -213,7 +237,12 @@ class Publisher:
         self.placed: dict[bytes, list[tuple[str, int, int]]] = {}
 
     def send(
-        self, tier: str, value: bytes | None, key: bytes, partition: int | None = None
+        self,
+        tier: str,
+        value: bytes | None,
+        key: bytes,
+        partition: int | None = None,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
     ) -> None:
         def report(err: Any, msg: Any) -> None:
             assert err is None, err
@@ -224,7 +253,9 @@ class Publisher:
             value,
             key,
             partition=-1 if partition is None else partition,  # -1: the partitioner picks
-            headers=RUN_EVENTS.headers() if value is not None else [],
+            headers=headers
+            if headers is not None
+            else (RUN_EVENTS.headers() if value is not None else []),
             on_delivery=report,
         )
 
@@ -249,6 +280,7 @@ def committed(settings: Settings, place: tuple[str, int]) -> int:
 
 
 def assert_on_time(arrival: Arrival) -> None:
+    assert arrival.run is not None
     due = arrival.run.due_at
     # CreateTime has millisecond resolution: the release instant floored to the millisecond.
     assert arrival.created_ms >= math.floor(due.timestamp() * 1000), "released before due_at"
@@ -286,7 +318,7 @@ def test_releases_each_run_once_on_time_and_survives_poison(
         arrivals = ready.of(run)
         assert len(arrivals) == 1, f"{run.run_id} released {len(arrivals)} times"
         assert_on_time(arrivals[0])
-        assert arrivals[0].key == run.target_service.encode()
+        assert arrivals[0].key == str(run.run_id).encode()  # keyed by run, not by target
         assert arrivals[0].run == run
     assert len(ready.arrivals) == len(expected)
 
@@ -346,3 +378,93 @@ def test_a_held_run_survives_kill_9(
     # committed past it, so the restarted dispatcher released it again (workers dedup by claim).
     assert len(ready.of(behind)) == 2
     assert second.stop() == 0
+
+
+def routed_headers(
+    run: RunEvent, *, due_at: datetime | None = None, sent_at: datetime | None = None
+) -> list[tuple[str, str | bytes | None]]:
+    """The headers the planner puts on a due record."""
+    return [
+        *routing_headers(
+            run.run_id, run.attempt, due_at or run.due_at, "http", sent_at or datetime.now(UTC)
+        ),
+        *RUN_EVENTS.headers(),
+    ]
+
+
+def test_routes_from_headers_and_forwards_the_record_untouched(
+    settings: Settings,
+    dispatchers: Callable[[], DispatcherProcess],
+    ready: ReadyReader,
+) -> None:
+    """The routing headers decide when a record is released, its bytes and headers go on as
+    they came, and runs.ready is keyed by run_id, so one target spreads over its partitions."""
+    dispatcher = dispatchers()
+    dispatcher.wait_event("dispatcher.started")
+    out = Publisher(settings)
+    now = datetime.now(UTC)
+    # The value says "due in an hour"; the header says 2 s: the header wins (nothing decodes it).
+    runs = [new_run(now + timedelta(hours=1)) for _ in range(24)]
+    due_at = now + timedelta(seconds=2)
+    sent: dict[bytes, list[tuple[str, str | bytes | None]]] = {}
+    for run in runs:
+        key = str(run.run_id).encode()
+        sent[key] = routed_headers(run, due_at=due_at)
+        out.send("10s", RUN_EVENTS.encode(run), key, headers=sent[key])
+    # Not Avro at all, but routed by its headers: forwarded byte for byte (the worker judges it).
+    opaque = new_run(now)
+    opaque_key = str(opaque.run_id).encode()
+    sent[opaque_key] = routed_headers(opaque, due_at=due_at)
+    out.send("10s", b"opaque bytes", opaque_key, headers=sent[opaque_key])
+    # Neither routing headers nor Avro: poison, acked past.
+    out.send("10s", b"\x02\x99 garbage", b"poison", headers=[])
+    out.flush()
+
+    wait_for(lambda: all(ready.keyed(key) for key in sent), "every routed record on runs.ready")
+    for key, headers in sent.items():
+        [arrival] = ready.keyed(key)
+        assert arrival.created_ms >= epoch_ms(due_at), "released before the header's due_at"
+        assert arrival.arrived_at - due_at <= LATE_BOUND
+        assert arrival.headers == [(k, v) for k, v in headers]
+    for run in runs:
+        assert ready.of(run)[0].value == RUN_EVENTS.encode(run)
+    assert ready.keyed(opaque_key)[0].value == b"opaque bytes"
+    # One busy target ("billing-api" for all of them) lands on more than one partition.
+    partitions = {ready.keyed(key)[0].partition for key in sent}
+    assert len(partitions) > 1
+    dispatcher.wait_event("run.undecodable")
+    batch = dispatcher.wait_event("runs.released")
+    assert "count=" in batch and "lateness_max_ms=" in batch
+
+
+def test_judges_due_instants_by_the_database_clock(
+    settings: Settings,
+    dispatchers: Callable[[], DispatcherProcess],
+    ready: ReadyReader,
+) -> None:
+    """The planner says its database clock is 3 s ahead of this host: the dispatcher measures
+    that, says so, and releases at the database's due instant (3 s early by this host's clock)."""
+    dispatcher = dispatchers()
+    dispatcher.wait_event("dispatcher.started")
+    out = Publisher(settings)
+    skew = timedelta(seconds=3)
+
+    def send_skewed(run: RunEvent) -> None:
+        headers = routed_headers(run, sent_at=datetime.now(UTC) + skew)
+        out.send("10s", RUN_EVENTS.encode(run), str(run.run_id).encode(), headers=headers)
+        out.flush()
+
+    send_skewed(new_run(datetime.now(UTC) + skew + timedelta(hours=1)))
+    warning = dispatcher.wait_event("clock.skew")
+    offset_ms = int(warning.split("offset_ms=")[1].split()[0])
+    assert -3000 <= offset_ms < -2000  # an upper bound on (local - database): -3 s + transit
+
+    db_due_at = datetime.now(UTC) + skew + timedelta(seconds=2)
+    run = new_run(db_due_at)
+    send_skewed(run)
+    wait_for(lambda: bool(ready.of(run)), "the run on runs.ready")
+    [arrival] = ready.of(run)
+    local_due_ms = epoch_ms(db_due_at - skew)
+    assert arrival.created_ms >= local_due_ms, "released before the database's due instant"
+    assert arrival.arrived_at < db_due_at - timedelta(seconds=1)  # not by this host's clock
+    dispatcher.wait_event("dispatcher.stats", "clock_correction_ms=-", timeout=20)

@@ -3,7 +3,9 @@
 Two coroutines share one :class:`~duetime_dispatcher.holding.Holding` on the event loop:
 
 * the *intake* agent takes up to ``max_batch`` raw records per step (``noack_take``: faust acks
-  nothing by itself), decodes them and hands them to the holding;
+  nothing by itself), routes them from their headers (:mod:`duetime_dispatcher.routing`) and
+  hands them to the holding; at the cap on held runs it pauses its partitions
+  (:mod:`duetime_dispatcher.backpressure`);
 * the *release* task sleeps until the wheel's next due instant (at most ``max_sleep``, and woken
   early by the intake), takes what is due, publishes it, and once the broker has acknowledged
   a release, acks the source records that are now a settled prefix of their partition.
@@ -13,6 +15,11 @@ faust commits the acked offsets every ``commit_interval``. It only ever sees con
 offset below it for that hour, and a crash replays it. On a rebalance, faust revokes every
 partition (eager protocol) and seeks the new assignment back to the committed offsets, so the
 holding drops what it held for those partitions and reads it again.
+
+Due instants are on the planner's database clock. The dispatcher estimates its own clock's
+offset from the send time the planner stamps on each record (:mod:`duetime_dispatcher.clock_offset`)
+and judges every instant by ``local clock - correction``, so a skewed host neither fires early
+nor late without saying so (``clock.skew``).
 """
 
 from __future__ import annotations
@@ -27,16 +34,18 @@ from typing import Any
 
 import faust
 
-from duetime.bus.records import RUN_EVENTS
+from duetime.bus.run_headers import epoch_ms
 from duetime.bus.topics import TopicCatalog
 from duetime.config import Settings
 from duetime.errors import CodecError
 from duetime.logs import event as log_event
-from duetime.model import RunEvent
 
+from .backpressure import Gate, IntakeGate
+from .clock_offset import ClockOffset
 from .config import DispatcherConfig, faust_settings
 from .holding import Holding, Outcome, Source
 from .publisher import ReadyPublisher
+from .routing import Routed, route_record
 
 __all__ = ["Dispatcher"]
 
@@ -56,8 +65,11 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+_MS = timedelta(milliseconds=1)
+
+
 def _ms(value: timedelta) -> float:
-    return round(value / timedelta(milliseconds=1), 3)
+    return round(value / _MS, 3)
 
 
 class Dispatcher:
@@ -66,7 +78,8 @@ class Dispatcher:
     Args:
         settings: where the broker is and the topic prefix.
         config: batching, sleeping and de-duplication knobs.
-        clock: the wall clock (runs are due at wall-clock instants).
+        clock: this host's wall clock; due instants are judged by it minus the estimated
+            offset from the database clock.
     """
 
     def __init__(
@@ -81,6 +94,13 @@ class Dispatcher:
         self.catalog = TopicCatalog(settings.topic_prefix)
         self.group_id = f"{settings.topic_prefix}dispatcher"
         self._clock = clock
+        config = self.config
+        self.clock_offset = ClockOffset(
+            window=config.clock_window, threshold=config.clock_threshold, warn_at=config.clock_warn
+        )
+        self.gate = IntakeGate(config.max_held, config.low_water, config.max_pause)
+        self._paused = False  # whether the consumer's partitions are paused by the gate
+        self._skew_logged = False
         self.holding: Holding[Any] = Holding(
             clock(),
             dedup_window=self.config.dedup_window,
@@ -118,11 +138,15 @@ class Dispatcher:
             self.take(events)
 
     def take(self, events: Sequence[Any]) -> None:
-        """Decode a batch of faust events and hand them to the holding."""
+        """Route a batch of faust events and hand them to the holding."""
         app, holding = self.app, self.holding
         generation = app.consumer_generation_id
         active = app.flow_control.is_active()
-        now = self._clock()
+        local_now = self._clock()
+        received_ms = epoch_ms(local_now)
+        now = local_now - self.clock_offset.correction_ms * _MS
+        min_sent_delta: int | None = None
+        debug = log.isEnabledFor(logging.DEBUG)
         for item in events:
             message = item.message
             if not active or message.generation_id != generation:
@@ -133,11 +157,11 @@ class Dispatcher:
                 continue
             source = Source(message.topic, message.partition, message.offset)
             try:
-                run: RunEvent | None = RUN_EVENTS.decode(item.value, _headers(message.headers))
+                routed: Routed | None = route_record(item.value, _headers(message.headers))
             except Exception as exc:
                 # CodecError is what the codec raises; anything else is still a poison record,
                 # and crashing on it would crash again on every restart that reads it.
-                run = None
+                routed = None
                 log_event(
                     log,
                     "run.undecodable",
@@ -147,24 +171,101 @@ class Dispatcher:
                     offset=source.offset,
                     reason=str(exc) if isinstance(exc, CodecError) else repr(exc),
                 )
-            outcome = holding.receive(source, run, item, now, item.value)
-            if run is not None and outcome in _OUTCOME_EVENTS:
+            outcome = holding.receive(source, routed, item, now)
+            if routed is None:
+                continue
+            if routed.sent_at_ms is not None:
+                delta = received_ms - routed.sent_at_ms
+                if min_sent_delta is None or delta < min_sent_delta:
+                    min_sent_delta = delta
+            if outcome in _OUTCOME_EVENTS:
                 name, level = _OUTCOME_EVENTS[outcome]
-                if log.isEnabledFor(level):  # run.held is per run and DEBUG: skip the fields
+                if level > logging.DEBUG or debug:  # run.held is per run: skip the fields
                     log_event(
                         log,
                         name,
                         level,
-                        run_id=run.run_id,
-                        attempt=run.attempt,
-                        due_at=run.due_at.isoformat(),
+                        run_id=routed.run_id,
+                        attempt=routed.attempt,
+                        due_at=routed.due_at.isoformat(),
                         topic=source.topic,
                         partition=source.partition,
                         offset=source.offset,
                     )
+        if min_sent_delta is not None:
+            # The batch's smallest difference is the only one that can lower the minimum.
+            self.clock_offset.observe(received_ms, received_ms - min_sent_delta)
+            self._check_skew()
         self._ack(holding.ackable())
+        self._apply_gate(now)
         if self._wake is not None:
             self._wake.set()
+
+    def db_now(self) -> datetime:
+        """Now on the database clock, as well as this process can tell (never ahead of it)."""
+        return self._clock() - self.clock_offset.correction_ms * _MS
+
+    # -- back-pressure -------------------------------------------------------------------------
+
+    def _apply_gate(self, now: datetime, *, force: bool = False) -> None:
+        """Pause or resume the intake's partitions when the gate changes (or when ``force``d,
+        after a rebalance handed out a new assignment)."""
+        paused = self.gate.update(self.holding.held, now) is Gate.PAUSED
+        if paused == self._paused and not force:
+            return
+        consumer = self.app.consumer
+        assignment = consumer.assignment()
+        if paused:
+            consumer.pause_partitions(assignment)
+        else:
+            consumer.resume_partitions(assignment)
+        if paused != self._paused:
+            log_event(
+                log,
+                "intake.paused" if paused else "intake.resumed",
+                held=self.holding.held,
+                max_held=self.gate.max_held,
+                resume_below=self.gate.resume_below,
+            )
+        self._paused = paused
+
+    def _shed_if_starving(self, now: datetime) -> None:
+        count = self.gate.to_shed(self.holding.held, now)
+        if not count:
+            return
+        shed = self.holding.shed(count)
+        if shed:
+            log_event(
+                log,
+                "runs.shed",
+                logging.WARNING,
+                count=len(shed),
+                due_from=shed[-1].due_at.isoformat(),
+                due_to=shed[0].due_at.isoformat(),
+                paused_s=self.config.max_pause.total_seconds(),
+                hint="held runs stayed at max_held: add dispatchers or raise max_held",
+            )
+        self._ack(self.holding.ackable())
+        self._apply_gate(now)
+
+    # -- clock ---------------------------------------------------------------------------------
+
+    def _check_skew(self) -> None:
+        skewed = self.clock_offset.skewed
+        if skewed and not self._skew_logged:
+            self._log_skew()
+        self._skew_logged = skewed
+
+    def _log_skew(self) -> None:
+        offset = self.clock_offset
+        log_event(
+            log,
+            "clock.skew",
+            logging.WARNING,
+            offset_ms=offset.estimate_ms,
+            correction_ms=offset.correction_ms,
+            meaning="this host's clock minus the database clock (an upper bound)",
+        )
 
     # -- release -------------------------------------------------------------------------------
 
@@ -176,16 +277,23 @@ class Dispatcher:
             group=self.group_id,
             topics=",".join(self.catalog.due_topics),
             ready=self.catalog.ready,
+            max_held=self.config.max_held,
         )
         stats_every = self.config.stats_interval
         next_stats = self._clock() + stats_every
         try:
             while not self.app.should_stop:
                 await self.release_due()
-                now = self._clock()
-                if now >= next_stats:
+                local_now = self._clock()
+                now = self.db_now()
+                self._apply_gate(now)
+                self._shed_if_starving(now)
+                if local_now >= next_stats:
+                    self.clock_offset.expire(epoch_ms(local_now))
                     self.log_stats("dispatcher.stats")
-                    next_stats = now + stats_every
+                    if self.clock_offset.skewed:
+                        self._log_skew()
+                    next_stats = local_now + stats_every
                 wake.clear()
                 delay = self._sleep_for(now)
                 if delay > 0:
@@ -202,36 +310,49 @@ class Dispatcher:
     async def release_due(self) -> int:
         """Publish every run due now; ack what the broker acknowledged. Returns runs released."""
         holding = self.holding
-        releases = holding.due(self._clock())
+        releases = holding.due(self.db_now())
         if not releases and not holding.in_flight:
             return 0
         outcomes = await self.publisher.publish(releases)
-        acknowledged_at = self._clock()
-        lines: list[tuple[RunEvent, float]] = []
+        acknowledged_at = self.db_now()
+        lines: list[tuple[Routed, float]] = []
         for release, error in outcomes:
-            run = release.run
+            routed = release.routed
             if error is None:
-                lines.append((run, _ms(holding.delivered(release, acknowledged_at))))
+                lines.append((routed, _ms(holding.delivered(release, acknowledged_at))))
             else:
                 holding.failed(release, acknowledged_at)
                 log_event(
                     log,
                     "run.release_failed",
                     logging.WARNING,
-                    run_id=run.run_id,
-                    attempt=run.attempt,
+                    run_id=routed.run_id,
+                    attempt=routed.attempt,
                     reason=error,
                     retry_in_s=self.config.retry_interval.total_seconds(),
                 )
         self._ack(holding.ackable())
-        if lines and log.isEnabledFor(logging.INFO):
+        if lines:
+            self._log_released(lines)
+        return len(lines)
+
+    def _log_released(self, lines: list[tuple[Routed, float]]) -> None:
+        """One INFO line per release round; the per-run lines only at DEBUG."""
+        lateness = [lateness_ms for _, lateness_ms in lines]
+        log_event(
+            log,
+            "runs.released",
+            count=len(lines),
+            lateness_max_ms=max(lateness),
+            lateness_mean_ms=round(sum(lateness) / len(lateness), 3),
+        )
+        if log.isEnabledFor(logging.DEBUG):
             if self._closing:
-                _log_released(lines)
+                _log_each_released(lines)
             else:
                 # One line per run is ~25 us of formatting: 2.5 s for a spike of 100k runs due
                 # in the same second. A logging thread keeps that off the next release's path.
-                self._log_thread.submit(_log_released, lines)
-        return len(lines)
+                self._log_thread.submit(_log_each_released, lines)
 
     def _sleep_for(self, now: datetime) -> float:
         cap = self.config.max_sleep.total_seconds()
@@ -258,6 +379,8 @@ class Dispatcher:
     async def _on_assigned(self, sender: Any, *args: Any, **kwargs: Any) -> None:
         assigned: Iterable[Any] = args[0]
         log_event(log, "partitions.assigned", count=len(set(assigned)))
+        # faust keeps a pause across a rebalance for partitions that come back; the gate decides.
+        self._apply_gate(self.db_now(), force=True)
 
     async def _on_shutdown(self, sender: Any, *args: Any, **kwargs: Any) -> None:
         self._closing = True
@@ -282,20 +405,24 @@ class Dispatcher:
             too_far=counters.too_far,
             release_failures=counters.release_failures,
             dropped_on_revoke=counters.dropped_on_revoke,
+            shed=counters.shed,
+            intake_paused=self._paused,
             lateness_max_ms=round(counters.lateness_max_ms, 3),
             lateness_mean_ms=round(counters.lateness_mean_ms, 3),
+            clock_offset_ms=self.clock_offset.estimate_ms,
+            clock_correction_ms=self.clock_offset.correction_ms,
         )
 
 
-def _log_released(lines: Sequence[tuple[RunEvent, float]]) -> None:
-    for run, lateness_ms in lines:
+def _log_each_released(lines: Sequence[tuple[Routed, float]]) -> None:
+    for routed, lateness_ms in lines:
         log_event(
             log,
             "run.released",
-            run_id=run.run_id,
-            attempt=run.attempt,
-            tenant=run.tenant,
-            target_service=run.target_service,
+            logging.DEBUG,
+            run_id=routed.run_id,
+            attempt=routed.attempt,
+            target_kind=routed.target_kind,
             lateness_ms=lateness_ms,
         )
 

@@ -39,6 +39,18 @@ class DispatcherConfig:
             logged (``run.too_far``) and acked without being held: held, it would pin its
             partition's committed offset; the planner re-publishes it when it is due. faust's
             "no commit in a while" livelock warning is pushed beyond this horizon.
+        max_held: the cap on runs held in memory (environment ``DUETIME_DISPATCHER_MAX_HELD``,
+            option ``--max-held``). At the cap the intake pauses its partitions
+            (:mod:`duetime_dispatcher.backpressure`); ~1 KB per held run.
+        resume_below: the low-water mark at which a paused intake resumes; default 80 % of
+            ``max_held``.
+        max_pause: how long the intake may stay paused before the runs due last are shed
+            (acked unreleased; the planner's sweeper re-publishes them once due), so a run due
+            sooner than everything held cannot starve behind them.
+        clock_window: how long a database-clock sample counts towards the offset estimate.
+        clock_threshold: offset estimates within +/- this are not corrected (on one host the
+            estimate is only the smallest transit time).
+        clock_warn: offset estimates beyond +/- this are logged as ``clock.skew`` (WARNING).
     """
 
     max_batch: int = 1000
@@ -51,10 +63,22 @@ class DispatcherConfig:
     publish_timeout: timedelta = timedelta(seconds=35)
     stats_interval: timedelta = timedelta(seconds=10)
     max_hold: timedelta = timedelta(hours=2)
+    max_held: int = 500_000
+    resume_below: int | None = None
+    max_pause: timedelta = timedelta(seconds=60)
+    clock_window: timedelta = timedelta(minutes=5)
+    clock_threshold: timedelta = timedelta(milliseconds=50)
+    clock_warn: timedelta = timedelta(seconds=1)
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
             raise ConfigError("dispatcher max_batch must be at least 1")
+        if self.max_held < 2:
+            raise ConfigError("dispatcher max_held must be at least 2")
+        if not 0 <= self.low_water < self.max_held:
+            raise ConfigError("dispatcher resume_below must be below max_held, not negative")
+        if not timedelta(0) <= self.clock_threshold <= self.clock_warn:
+            raise ConfigError("dispatcher clock_threshold must be between 0 and clock_warn")
         positive = {
             "batch_within": self.batch_within,
             "max_sleep": self.max_sleep,
@@ -64,12 +88,21 @@ class DispatcherConfig:
             "publish_timeout": self.publish_timeout,
             "stats_interval": self.stats_interval,
             "max_hold": self.max_hold,
+            "max_pause": self.max_pause,
+            "clock_window": self.clock_window,
         }
         for name, value in positive.items():
             if value <= timedelta(0):
                 raise ConfigError(f"dispatcher {name} must be positive")
         if self.dedup_window < timedelta(0):
             raise ConfigError("dispatcher dedup_window must not be negative")
+
+    @property
+    def low_water(self) -> int:
+        """Where a paused intake resumes: ``resume_below``, or 80 % of ``max_held``."""
+        if self.resume_below is not None:
+            return self.resume_below
+        return self.max_held * 4 // 5
 
 
 def faust_settings(

@@ -6,10 +6,13 @@ a fake clock and fake tokens; the faust glue in :mod:`duetime_dispatcher.app` fe
 A record's life::
 
     receive --held--> (wheel) --due--> in flight --delivered--> settled --ackable--> acked
-       |                                   |
-       |                                   +--failed--> (wheel again, retried after a pause)
+       |                 |                 |
+       |                 +--shed--> settled|+--failed--> (wheel again, retried after a pause)
        +--duplicate / undecodable / too far--> settled at once (acked behind its partition's
                                                earlier records)
+
+What is held is a :class:`~duetime_dispatcher.routing.Routed` record: the routing fields and the
+record's bytes, never a decoded run, so holding a run costs little more than its record.
 
 De-duplication is on ``(run_id, attempt)``: a run held or in flight drops later copies, and so does
 one released less than ``dedup_window`` ago. The window covers the commit lag (records released
@@ -20,7 +23,6 @@ Downstream, the worker's claim compare-and-set drops whatever duplicates remain.
 
 from __future__ import annotations
 
-import uuid
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,17 +30,14 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Generic, TypeVar
 
-from duetime.model import RunEvent
 from duetime.timing_wheel import TimingWheel
 
 from .ledger import Claim, OffsetLedger, Partition
+from .routing import Routed, RunKey
 
 __all__ = ["Counters", "Holding", "Outcome", "Release", "RunKey", "Source"]
 
 T = TypeVar("T")
-
-#: (run_id, attempt): one attempt of one run, the unit of de-duplication.
-RunKey = tuple[uuid.UUID, int]
 
 _MS = timedelta(milliseconds=1)
 
@@ -72,17 +71,14 @@ class Source:
 class Release(Generic[T]):
     """A run taken off the wheel at ``taken_at`` and handed to the publisher."""
 
-    run: RunEvent
+    routed: Routed
     source: Source
     taken_at: datetime
     claim: Claim[T]
-    #: The record's value as read: the same Avro encoding of ``run`` under the same schema (the
-    #: codec checked the fingerprint), so the publisher sends it on without encoding it again.
-    payload: bytes | None = None
 
     @property
     def key(self) -> RunKey:
-        return (self.run.run_id, self.run.attempt)
+        return self.routed.key
 
 
 @dataclass(slots=True)
@@ -97,6 +93,7 @@ class Counters:
     too_far: int = 0
     release_failures: int = 0
     dropped_on_revoke: int = 0
+    shed: int = 0
     lateness_max_ms: float = 0.0
     lateness_total_ms: float = 0.0
 
@@ -107,10 +104,9 @@ class Counters:
 
 @dataclass(eq=False, slots=True)
 class _Held(Generic[T]):
-    run: RunEvent
+    routed: Routed
     source: Source
     claim: Claim[T]
-    payload: bytes | None
 
 
 class Holding(Generic[T]):
@@ -153,38 +149,36 @@ class Holding(Generic[T]):
     def receive(
         self,
         source: Source,
-        run: RunEvent | None,
+        routed: Routed | None,
         token: T,
         now: datetime,
-        payload: bytes | None = None,
     ) -> Outcome:
-        """Take one record read from ``source`` at ``now``; ``run`` is None when it did not decode.
+        """Take one record read from ``source`` at ``now``; ``routed`` is None for poison.
 
-        Records of one partition must come in offset order. ``payload`` is the record's value,
-        kept so that the due instant costs no encoding.
+        Records of one partition must come in offset order.
         """
         claim = self._ledger.track(source.tp, source.offset, token)
         if claim is None:
             self.counters.redelivered += 1
             return Outcome.REDELIVERED
         self.counters.received += 1
-        if run is None:
+        if routed is None:
             self.counters.undecodable += 1
             self._ledger.settle(claim)
             return Outcome.UNDECODABLE
-        key = (run.run_id, run.attempt)
+        key = routed.key
         if key in self._wheel or key in self._in_flight or key in self._released:
             self.counters.duplicates += 1
             self._ledger.settle(claim)
             return Outcome.DUPLICATE
-        if run.due_at - now > self._max_hold:
+        if routed.due_at - now > self._max_hold:
             # Held, it would pin its partition's committed offset until it is due. The planner
             # publishes only what is due within its lookahead, and its sweeper re-publishes any
             # run that is due and unclaimed, so acking it loses nothing.
             self.counters.too_far += 1
             self._ledger.settle(claim)
             return Outcome.TOO_FAR
-        self._wheel.add(key, run.due_at, _Held(run, source, claim, payload))
+        self._wheel.add(key, routed.due_at, _Held(routed, source, claim))
         return Outcome.HELD
 
     # -- releasing -----------------------------------------------------------------------------
@@ -195,16 +189,18 @@ class Holding(Generic[T]):
         self._forget_old_releases()
         releases: list[Release[T]] = []
         for held in self._wheel.advance(now):
-            release = Release(held.run, held.source, now, held.claim, held.payload)
+            release = Release(held.routed, held.source, now, held.claim)
             self._in_flight[release.key] = release
             releases.append(release)
         return releases
 
-    def delivered(self, release: Release[T], now: datetime) -> timedelta:
-        """The broker acknowledged the release at ``now``: remember its key, settle its record.
+    def delivered(self, release: Release[T], now: datetime, *, settle: bool = True) -> timedelta:
+        """The broker acknowledged the release at ``now``: remember its key, settle its record
+        (unless ``settle`` is False: more work is left before it may be acked, see
+        :meth:`settle`).
 
         Returns the run's lateness, ``now - due_at``: the run counts as released when it is on
-        ``runs.ready``, so the time spent publishing is part of it.
+        its topic, so the time spent publishing is part of it.
         """
         key = release.key
         if self._in_flight.get(key) is release:
@@ -213,10 +209,11 @@ class Holding(Generic[T]):
         self._released.move_to_end(key)
         while len(self._released) > self._remember_max:
             self._released.popitem(last=False)
-        self._ledger.settle(release.claim)
+        if settle:
+            self._ledger.settle(release.claim)
         counters = self.counters
         counters.released += 1
-        lateness = now - release.run.due_at
+        lateness = now - release.routed.due_at
         lateness_ms = lateness / _MS
         counters.lateness_total_ms += lateness_ms
         counters.lateness_max_ms = max(counters.lateness_max_ms, lateness_ms)
@@ -231,8 +228,25 @@ class Holding(Generic[T]):
             del self._in_flight[key]
         self.counters.release_failures += 1
         if not release.claim.dropped:
-            held = _Held(release.run, release.source, release.claim, release.payload)
-            self._wheel.add(key, max(release.run.due_at, now + self._retry_interval), held)
+            held = _Held(release.routed, release.source, release.claim)
+            self._wheel.add(key, max(release.routed.due_at, now + self._retry_interval), held)
+
+    def settle(self, release: Release[T]) -> None:
+        """The work after a delivered release is done too: its record may be acked."""
+        self._ledger.settle(release.claim)
+
+    def shed(self, count: int) -> list[Routed]:
+        """Stop holding the ``count`` runs due last and settle their records (acked without a
+        release: the planner's sweeper re-publishes them once due; see
+        :mod:`duetime_dispatcher.backpressure`). Returns them, latest first."""
+        shed: list[Routed] = []
+        for key in self._wheel.furthest(count):
+            held = self._wheel.remove(key)
+            if held is not None:
+                self._ledger.settle(held.claim)
+                shed.append(held.routed)
+        self.counters.shed += len(shed)
+        return shed
 
     def ackable(self) -> list[T]:
         """Tokens that may be acked now: the settled prefix of each partition, in offset order."""

@@ -1,9 +1,12 @@
 """Publish released runs to ``runs.ready`` and report which ones the broker acknowledged.
 
-A release only counts once the broker has it (``acks=all``, idempotent producer, so librdkafka's
-own retries add no duplicates); only then may the source record be acked. The produce calls and
-the flush run in a worker thread, so a spike of 100k releases, or a broker that is slow to answer,
-never blocks the event loop that keeps consuming and heartbeating.
+The record goes on as it was read: the same value bytes and the same headers (schema fingerprint
+and routing), keyed by ``run_id`` so that one busy target spreads over every partition of
+``runs.ready`` and every worker process (throttling per target is the dispatcher's job, not the
+partitioner's). A release only counts once the broker has it (``acks=all``); only then may the
+source record be acked. The produce calls and the flush run in a worker thread, so a spike of
+100k releases, or a broker that is slow to answer, never blocks the event loop that keeps
+consuming and heartbeating.
 """
 
 from __future__ import annotations
@@ -11,12 +14,11 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from duetime.bus.kafka import producer_config
-from duetime.bus.records import RUN_EVENTS
 from duetime.config import Settings
 
 from .holding import Release
@@ -30,13 +32,12 @@ Outcomes = list[tuple[Release[T], str | None]]
 
 
 class ReadyPublisher(Generic[T]):
-    """One idempotent confluent-kafka producer writing RunEvents keyed by target_service."""
+    """One confluent-kafka producer forwarding due records to ``runs.ready``, keyed by run_id."""
 
     def __init__(self, producer: Producer, topic: str, flush_timeout: float) -> None:
         self._producer = producer
         self._topic = topic
         self._flush_timeout = flush_timeout
-        self._headers = RUN_EVENTS.headers()
         self._lock = threading.Lock()
         # Delivery reports land here from librdkafka's callbacks; a report for a record sent in
         # an earlier round (its flush timed out) is returned with a later round's outcomes.
@@ -59,14 +60,20 @@ class ReadyPublisher(Generic[T]):
 
     def _publish_blocking(self, releases: Sequence[Release[T]]) -> Outcomes[T]:
         produce, poll = self._producer.produce, self._producer.poll
+        topic = self._topic
         for release in releases:
-            run = release.run
-            value = release.payload if release.payload is not None else RUN_EVENTS.encode(run)
-            key = run.target_service.encode("utf-8")
+            routed = release.routed
+            key = str(routed.run_id).encode("ascii")
             report = self._reporter(release)
             while True:
                 try:
-                    produce(self._topic, value, key, headers=self._headers, on_delivery=report)
+                    produce(
+                        topic,
+                        routed.value,
+                        key,
+                        headers=cast(Any, routed.headers),
+                        on_delivery=report,
+                    )
                     break
                 except BufferError:
                     # librdkafka's queue is full: serve delivery reports to make room.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -27,6 +28,8 @@ __all__ = ["main"]
 
 log = logging.getLogger("duetime.dispatcher")
 
+MAX_HELD_ENV = "DUETIME_DISPATCHER_MAX_HELD"
+
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
@@ -35,12 +38,24 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--log-level", default=None, help="default: $DUETIME_LOG_LEVEL or INFO")
     parser.add_argument("--max-batch", type=int, default=DispatcherConfig.max_batch)
+    parser.add_argument(
+        "--max-held",
+        type=int,
+        default=int(os.environ.get(MAX_HELD_ENV, DispatcherConfig.max_held)),
+        help=f"cap on runs held in memory (default: ${MAX_HELD_ENV} or "
+        f"{DispatcherConfig.max_held}); the intake pauses at the cap",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the dispatcher in the foreground; returns the process exit code."""
-    args = _parse(argv)
+    try:
+        args = _parse(argv)
+    except ValueError as exc:  # a malformed $DUETIME_DISPATCHER_MAX_HELD
+        configure_logging("dispatcher", None)
+        event(log, "dispatcher.failed", logging.ERROR, reason=f"{MAX_HELD_ENV}: {exc}")
+        return 1
     configure_logging("dispatcher", args.log_level)
     # The dispatcher keeps every held run alive for up to hours: hundreds of thousands of
     # long-lived objects. With the default thresholds (700, 10, 10) the collector runs a full
@@ -49,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     gc.set_threshold(100_000, 50, 100)
     try:
         settings = load_settings()
-        config = DispatcherConfig(max_batch=args.max_batch)
+        config = DispatcherConfig(max_batch=args.max_batch, max_held=args.max_held)
         create_topics(settings)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         dispatcher = Dispatcher(settings, config)
