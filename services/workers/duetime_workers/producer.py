@@ -1,7 +1,8 @@
 """A confluent-kafka producer the event loop can await, plus fire-and-forget publishing.
 
 librdkafka reports deliveries through callbacks served by ``poll()``. A small thread polls all the
-time, and each callback settles an asyncio future on the loop (``call_soon_threadsafe``), so a
+time; the callbacks of one ``poll()`` are collected and settle their asyncio futures on the loop
+in one ``call_soon_threadsafe`` (one wake-up of the loop per poll, not one per record), so a
 Kafka target's attempt can wait for the broker's acknowledgement without blocking other attempts.
 Heartbeats and results are published without waiting: the database is the source of truth for
 both, and a lost one is only a late signal for the reaper and dispatcher.
@@ -24,6 +25,7 @@ __all__ = ["AsyncProducer", "DeliveryFailed"]
 
 Headers = Sequence[tuple[str, str | bytes | None]]
 _RecordHeaders = list[tuple[str, str | bytes | None]]
+_Settlement = tuple["asyncio.Future[None]", KafkaError | None]
 
 # Errors that will not go away by sending the same record again.
 _FATAL_CODES = frozenset(
@@ -53,6 +55,8 @@ class AsyncProducer:
         self._producer = producer
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="duetime-producer", daemon=True)
+        self._settle_lock = threading.Lock()
+        self._settlements: dict[asyncio.AbstractEventLoop, list[_Settlement]] = {}
 
     def start(self) -> None:
         self._thread.start()
@@ -60,6 +64,16 @@ class AsyncProducer:
     def _serve(self) -> None:
         while not self._stop.is_set():
             self._producer.poll(0.1)
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Settle the futures whose reports the last poll served, in one loop wake-up each."""
+        with self._settle_lock:
+            pending, self._settlements = self._settlements, {}
+        for loop, items in pending.items():
+            # RuntimeError: the loop is closed, so nobody is waiting any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle_all, items)
 
     async def send(self, topic: str, key: bytes | None, value: bytes, headers: Headers) -> None:
         """Produce one record and wait for the broker's acknowledgement.
@@ -72,9 +86,8 @@ class AsyncProducer:
         future: asyncio.Future[None] = loop.create_future()
 
         def report(err: KafkaError | None, _msg: Any) -> None:
-            # RuntimeError: the loop is closed, so nobody is waiting any more.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle, future, err)
+            with self._settle_lock:
+                self._settlements.setdefault(loop, []).append((future, err))
 
         while True:
             try:
@@ -105,10 +118,16 @@ class AsyncProducer:
     def close(self, timeout: float) -> int:
         """Deliver what is queued (up to ``timeout`` s), stop polling; returns records left."""
         remaining: int = self._producer.flush(timeout)
+        self._hand_over()
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=1.0)
         return remaining
+
+
+def _settle_all(items: list[_Settlement]) -> None:
+    for future, err in items:
+        _settle(future, err)
 
 
 def _settle(future: asyncio.Future[None], err: KafkaError | None) -> None:
