@@ -24,6 +24,9 @@ def make_engine(
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,
+        # Below the services' client-side call deadlines (10 s): waiting for a connection is
+        # part of a call, and an exhausted pool must fail the call, not outlive its deadline.
+        pool_timeout=5,
         connect_args={
             "application_name": application_name,
             "connect_timeout": 10,
