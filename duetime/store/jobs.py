@@ -4,23 +4,42 @@ Used by ``duetime jobs apply`` and by the planner's ingest of the jobs topic, so
 same rules: a definition replaces the stored one only if its version is newer; a definition
 without a version (0) becomes "stored version + 1"; next_run_at is recomputed only when the
 schedule changed.
+
+A batch costs a handful of statements per ``CHUNK_SIZE`` jobs (one version lookup, one delete of
+the tombstoned, one upsert), never statements per job: 100k definitions are a few dozen round
+trips. The same job_id may appear several times in one batch (the jobs topic carries every edit);
+the items are resolved in Python first, **as if applied one after another in batch order**, so the
+outcome is exactly that of the one-by-one path: the highest version wins, an equal or older one
+is ``unchanged``, a version-0 item is "the version before it + 1", and a tombstone followed by a
+re-definition re-creates the job. Only each job's final state is written (``ON CONFLICT`` cannot
+touch a row twice in one statement). One simplification: next_run_at is recomputed by comparing
+the final schedule with the stored one, so a batch that changes a schedule and changes it back
+keeps the stored next_run_at (which is right for that schedule).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import TypeVar
 
 from duetime.errors import NotFound
 from duetime.events import JobTombstone
 from duetime.model import JobDefinition
 from duetime.planning import initial_next_run_at
-from duetime.schedule import ScheduleCache
+from duetime.schedule import ScheduleCache, ScheduleSpec
 
-from .rows import spec_from_row
+from .rows import job_record, spec_from_row
 from .store import Tx
 
-__all__ = ["JobWrite", "jobs_apply", "jobs_set_paused"]
+__all__ = ["CHUNK_SIZE", "BatchPlan", "JobWrite", "jobs_apply", "jobs_set_paused", "resolve_batch"]
+
+_T = TypeVar("_T")
+
+# Rows per statement: large enough that round trips vanish, small enough that one statement's
+# parameters stay a few megabytes.
+CHUNK_SIZE = 5000
 
 
 @dataclass(frozen=True)
@@ -30,30 +49,129 @@ class JobWrite:
     version: int
 
 
+@dataclass(frozen=True)
+class BatchPlan:
+    """What a batch does, decided before any write: per-item results and each job's final state.
+
+    ``deletes`` are (job_id, version) of stored rows a tombstone removes; they run before
+    ``upserts`` so that a job deleted and defined again in the same batch is re-created.
+    """
+
+    writes: tuple[JobWrite, ...]
+    deletes: tuple[tuple[str, int], ...]
+    upserts: tuple[tuple[JobDefinition, int], ...]  # (definition, resolved version)
+
+
+@dataclass
+class _JobState:
+    """One job while a batch is resolved: does it exist, at which version, what to write."""
+
+    exists: bool
+    version: int
+    in_store: bool  # the stored row is still there (no tombstone of this batch removed it yet)
+    deleted_stored: int | None = None  # version of the tombstone that removes the stored row
+    final: tuple[JobDefinition, int] | None = None
+    items: list[int] = field(default_factory=list)  # indexes of this job's items
+
+
+def resolve_batch(
+    items: Sequence[JobDefinition | JobTombstone], stored: dict[str, int]
+) -> BatchPlan:
+    """Apply ``items`` in order to the stored versions, in memory (pure, no I/O).
+
+    Args:
+        items: Definitions and tombstones, possibly several per job_id.
+        stored: The stored version of each job that exists.
+    """
+    states: dict[str, _JobState] = {}
+    writes: list[JobWrite] = []
+    for index, item in enumerate(items):
+        state = states.get(item.job_id)
+        if state is None:
+            version = stored.get(item.job_id)
+            present = version is not None
+            state = states[item.job_id] = _JobState(present, version or 0, present)
+        state.items.append(index)
+        if isinstance(item, JobTombstone):
+            if not state.exists:
+                action = "not_found"
+            elif item.version > state.version:
+                action = "deleted"
+                if state.in_store:
+                    state.deleted_stored, state.in_store = item.version, False
+                state.exists, state.version, state.final = False, 0, None
+            else:
+                action = "unchanged"
+            writes.append(JobWrite(item.job_id, action, item.version))
+            continue
+        # Version 0 = "the version before it + 1", resolved without copying the definition.
+        version = item.version or state.version + 1
+        if not state.exists:
+            action = "created"
+        elif version > state.version:
+            action = "updated"
+        else:
+            action = "unchanged"
+        if action != "unchanged":
+            state.exists, state.version, state.final = True, version, (item, version)
+        writes.append(JobWrite(item.job_id, action, version))
+    deletes = tuple(
+        (job_id, s.deleted_stored) for job_id, s in states.items() if s.deleted_stored is not None
+    )
+    upserts = tuple(s.final for s in states.values() if s.final is not None)
+    return BatchPlan(tuple(writes), deletes, upserts)
+
+
+def _chunks(values: Sequence[_T]) -> Iterator[Sequence[_T]]:
+    for start in range(0, len(values), CHUNK_SIZE):
+        yield values[start : start + CHUNK_SIZE]
+
+
 def jobs_apply(
     tx: Tx,
     items: Sequence[JobDefinition | JobTombstone],
     cache: ScheduleCache | None = None,
 ) -> list[JobWrite]:
-    """Store every item inside ``tx``; the caller's transaction makes the batch all-or-nothing."""
+    """Store every item inside ``tx``; the caller's transaction makes the batch all-or-nothing.
+
+    Returns one result per item, in order. A write that a concurrent writer overtook between
+    the version lookup and the write (its version became stale) is reported ``unchanged``.
+    """
     cache = cache or ScheduleCache()
     now = tx.db_now()
-    results: list[JobWrite] = []
-    for item in items:
-        stored = tx.jobs_get_version(item.job_id)
-        if isinstance(item, JobTombstone):
-            deleted = tx.jobs_delete(item.job_id, item.version)
-            action = "deleted" if deleted else ("not_found" if stored is None else "unchanged")
-            results.append(JobWrite(item.job_id, action, item.version))
-            continue
-        job = item
-        if job.version == 0:
-            job = replace(job, version=(stored or 0) + 1)
-        next_run_at = initial_next_run_at(cache.get(job.schedule), now)
-        written = tx.jobs_upsert(job, next_run_at)
-        action = "unchanged" if not written else "created" if stored is None else "updated"
-        results.append(JobWrite(job.job_id, action, job.version))
-    return results
+    stored: dict[str, int] = {}
+    for chunk in _chunks(list(dict.fromkeys(item.job_id for item in items))):
+        stored.update(tx.jobs_get_versions(chunk))
+    plan = resolve_batch(items, stored)
+    removed: set[str] = set()
+    for deletes in _chunks(plan.deletes):
+        removed |= tx.jobs_delete_many(deletes)
+    # next_run_at once per distinct schedule: a file of 100k midnight jobs has a few specs.
+    next_runs: dict[ScheduleSpec, datetime | None] = {}
+    written: set[str] = set()
+    for upserts in _chunks(plan.upserts):
+        records = []
+        for job, version in upserts:
+            spec = job.schedule
+            if spec not in next_runs:
+                next_runs[spec] = initial_next_run_at(cache.get(spec), now)
+            records.append(job_record(job, version, next_runs[spec]))
+        written |= tx.jobs_upsert_many(records)
+    return _reconcile(plan, removed, written)
+
+
+def _reconcile(plan: BatchPlan, removed: set[str], written: set[str]) -> list[JobWrite]:
+    """Results as resolved, except where the database refused a write (a concurrent writer)."""
+    refused = {job_id for job_id, _v in plan.deletes if job_id not in removed}
+    refused |= {job.job_id for job, _v in plan.upserts if job.job_id not in written}
+    if not refused:
+        return list(plan.writes)
+    return [
+        replace(w, action="unchanged")
+        if w.job_id in refused and w.action in ("created", "updated", "deleted")
+        else w
+        for w in plan.writes
+    ]
 
 
 def jobs_set_paused(tx: Tx, job_id: str, paused: bool, cache: ScheduleCache | None = None) -> str:

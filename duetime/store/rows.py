@@ -16,27 +16,34 @@ __all__ = [
     "DueJob",
     "ExpiredLease",
     "OutboxRun",
+    "batch_json",
+    "iso_or_none",
     "job_params",
+    "job_record",
     "spec_from_row",
     "target_from_json",
+    "target_to_data",
     "target_to_json",
 ]
 
 
-def target_to_json(target: Target) -> str:
+def target_to_data(target: Target) -> dict[str, Any]:
+    """The ``target`` column as a JSON-ready value."""
     if isinstance(target, HttpTarget):
-        return json.dumps(
-            {
-                "http": {
-                    "url": target.url,
-                    "method": target.method,
-                    "headers": [[n, v] for n, v in target.headers],
-                    "body": target.body,
-                    "timeout_ms": int(target.timeout / timedelta(milliseconds=1)),
-                }
+        return {
+            "http": {
+                "url": target.url,
+                "method": target.method,
+                "headers": [[n, v] for n, v in target.headers],
+                "body": target.body,
+                "timeout_ms": int(target.timeout / timedelta(milliseconds=1)),
             }
-        )
-    return json.dumps({"kafka": {"topic": target.topic, "key": target.key, "value": target.value}})
+        }
+    return {"kafka": {"topic": target.topic, "key": target.key, "value": target.value}}
+
+
+def target_to_json(target: Target) -> str:
+    return json.dumps(target_to_data(target))
 
 
 def target_from_json(value: Any) -> Target:
@@ -54,11 +61,26 @@ def target_from_json(value: Any) -> Target:
     return KafkaTarget(topic=k["topic"], key=k["key"], value=k["value"])
 
 
+def batch_json(value: Any) -> str:
+    """A bulk statement's rows as one compact JSON parameter (see sql/planner.sql)."""
+    return json.dumps(value, separators=(",", ":"))
+
+
+def iso_or_none(instant: datetime | None) -> str | None:
+    return None if instant is None else instant.isoformat()
+
+
 def _ms(value: timedelta) -> int:
     return int(value / timedelta(milliseconds=1))
 
 
-def job_params(job: JobDefinition, next_run_at: datetime | None) -> dict[str, Any]:
+def job_record(job: JobDefinition, version: int, next_run_at: datetime | None) -> dict[str, Any]:
+    """One row of ``jobs_upsert_many`` as a JSON-ready object (instants in ISO-8601).
+
+    Bulk statements take their rows as one JSON document: the C JSON encoder builds it in a
+    fraction of the time the driver needs to quote the same values array element by array
+    element (measured: ~20 s for 100k jobs as 25 text arrays, well under 1 s as JSON).
+    """
     spec, retry = job.schedule, job.retry
     return {
         "job_id": job.job_id,
@@ -69,12 +91,12 @@ def job_params(job: JobDefinition, next_run_at: datetime | None) -> dict[str, An
         "time_zone": spec.time_zone,
         "dst_gap": spec.dst_gap,
         "dst_overlap": spec.dst_overlap,
-        "start_at": spec.start_at,
+        "start_at": iso_or_none(spec.start_at),
         "window_ms": _ms(job.window),
         "catch_up": job.catch_up,
         "max_catch_up": job.max_catch_up,
         "overlap": job.overlap,
-        "target": target_to_json(job.target),
+        "target": target_to_data(job.target),
         "target_service": job.target_service,
         "max_attempts": retry.max_attempts,
         "retry_initial_ms": _ms(retry.initial_interval),
@@ -84,8 +106,18 @@ def job_params(job: JobDefinition, next_run_at: datetime | None) -> dict[str, An
         "lease_ms": _ms(job.lease),
         "heartbeat_ms": _ms(job.heartbeat_interval),
         "paused": job.paused,
+        "next_run_at": iso_or_none(next_run_at),
+        "version": version,
+    }
+
+
+def job_params(job: JobDefinition, next_run_at: datetime | None) -> dict[str, Any]:
+    """The parameters of the single-row ``jobs_upsert``."""
+    return {
+        **job_record(job, job.version, next_run_at),
+        "start_at": job.schedule.start_at,
+        "target": target_to_json(job.target),
         "next_run_at": next_run_at,
-        "version": job.version,
     }
 
 

@@ -117,9 +117,11 @@ CREATE TABLE public.runs (
     finished_at timestamp with time zone,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    publish_count integer DEFAULT 0 NOT NULL,
     CONSTRAINT runs_attempt_check CHECK ((attempt >= 0)),
     CONSTRAINT runs_attempts_bound CHECK ((attempt <= max_attempts)),
     CONSTRAINT runs_max_attempts_check CHECK ((max_attempts >= 1)),
+    CONSTRAINT runs_publish_count_check CHECK ((publish_count >= 0)),
     CONSTRAINT runs_running_has_lease CHECK (((state <> 'running'::text) OR ((lease_token IS NOT NULL) AND (lease_expires_at IS NOT NULL)))),
     CONSTRAINT runs_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'running'::text, 'succeeded'::text, 'dead'::text, 'cancelled'::text, 'skipped'::text])))
 )
@@ -170,6 +172,8 @@ CREATE INDEX jobs_due_idx ON public.jobs USING btree (shard_id, next_run_at) WHE
 CREATE INDEX jobs_tenant_idx ON public.jobs USING btree (tenant, job_id);
 
 CREATE INDEX run_attempts_job_idx ON public.run_attempts USING btree (job_id, started_at DESC);
+
+CREATE INDEX runs_claimed_head_idx ON ONLY public.runs USING btree (target_service, tenant, due_at DESC, started_at DESC) WHERE (started_at IS NOT NULL);
 
 CREATE INDEX runs_dead_outbox_idx ON ONLY public.runs USING btree (finished_at) WHERE ((state = 'dead'::text) AND (dead_published_at IS NULL));
 

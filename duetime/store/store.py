@@ -31,7 +31,15 @@ from .attempts import (
 )
 from .engine import make_engine
 from .queries import query
-from .rows import DueJob, ExpiredLease, OutboxRun, job_params, target_from_json
+from .rows import (
+    DueJob,
+    ExpiredLease,
+    OutboxRun,
+    batch_json,
+    iso_or_none,
+    job_params,
+    target_from_json,
+)
 
 __all__ = ["NewRun", "Store", "Tx"]
 
@@ -200,6 +208,105 @@ class Tx:
     def runs_mark_dead_published(self, run_id: uuid.UUID, scheduled_for: datetime) -> None:
         self._exec("runs_mark_dead_published", {"run_id": run_id, "scheduled_for": scheduled_for})
 
+    # planner bulk --- one statement per batch; a batch is one JSON parameter (sql/planner.sql).
+    def jobs_get_versions(self, job_ids: Sequence[str]) -> dict[str, int]:
+        rows = self._rows("jobs_get_versions", {"job_ids": batch_json(list(job_ids))})
+        return {r.job_id: int(r.version) for r in rows}
+
+    def jobs_upsert_many(self, records: Sequence[dict[str, Any]]) -> set[str]:
+        """Upsert ``rows.job_record`` objects; returns the job_ids stored (created or updated)."""
+        if not records:
+            return set()
+        return {r.job_id for r in self._rows("jobs_upsert_many", {"rows": batch_json(records)})}
+
+    def jobs_delete_many(self, tombstones: Sequence[tuple[str, int]]) -> set[str]:
+        """Delete each (job_id, version) whose stored version is older; returns those deleted."""
+        if not tombstones:
+            return set()
+        rows = [{"job_id": job_id, "version": version} for job_id, version in tombstones]
+        return {r.job_id for r in self._rows("jobs_delete_many", {"rows": batch_json(rows)})}
+
+    def jobs_advance_many(
+        self, advances: Sequence[tuple[str, datetime | None, datetime | None]]
+    ) -> None:
+        """Move each (job_id, next_run_at, last scheduled_for) in one statement."""
+        if advances:
+            rows = [
+                {
+                    "job_id": job_id,
+                    "next_run_at": iso_or_none(nxt),
+                    "last_scheduled_for": iso_or_none(last),
+                }
+                for job_id, nxt, last in advances
+            ]
+            self._exec("jobs_advance_many", {"rows": batch_json(rows)})
+
+    def jobs_due_histogram(
+        self, shards: Sequence[int], horizon: datetime, bucket: timedelta, cap: int
+    ) -> list[tuple[datetime, int]]:
+        """(bucket end, jobs due in it) up to ``horizon``, for the earliest ``cap`` due jobs."""
+        params = {
+            "shards": list(shards),
+            "horizon": horizon,
+            "bucket_seconds": bucket.total_seconds(),
+            "cap": cap,
+        }
+        return [(r.bucket_end, int(r.jobs)) for r in self._rows("jobs_due_histogram", params)]
+
+    def runs_insert_many(self, runs: Sequence[NewRun]) -> int:
+        """Insert in one statement; returns how many were new (the others existed already)."""
+        if not runs:
+            return 0
+        rows = [
+            {
+                "run_id": str(r.run_id),
+                "job_id": r.job_id,
+                "tenant": r.tenant,
+                "target_service": r.target_service,
+                "scheduled_for": r.scheduled_for.isoformat(),
+                "due_at": r.due_at.isoformat(),
+                "max_attempts": r.max_attempts,
+            }
+            for r in runs
+        ]
+        return self._exec("runs_insert_many", {"rows": batch_json(rows)})
+
+    def runs_mark_published_many(self, keys: Sequence[tuple[uuid.UUID, datetime]]) -> int:
+        """Mark (run_id, scheduled_for) published and count the publication."""
+        return self._run_keys("runs_mark_published_many", keys)
+
+    def runs_cancel_orphans(self, keys: Sequence[tuple[uuid.UUID, datetime]]) -> int:
+        """Cancel scheduled runs whose job is gone."""
+        return self._run_keys("runs_cancel_orphans", keys)
+
+    def _run_keys(self, name: str, keys: Sequence[tuple[uuid.UUID, datetime]]) -> int:
+        if not keys:
+            return 0
+        rows = [{"run_id": str(run_id), "scheduled_for": sf.isoformat()} for run_id, sf in keys]
+        return self._exec(name, {"rows": batch_json(rows)})
+
+    def runs_sweep_lost(
+        self,
+        *,
+        grace: timedelta,
+        max_grace: timedelta,
+        margin: timedelta,
+        limit: int,
+        scan_limit: int,
+    ) -> list[tuple[uuid.UUID, str]]:
+        """Make lost runs publishable again: (run_id, reason) per run, at most ``limit``."""
+        rows = self._rows(
+            "runs_sweep_lost",
+            {
+                "grace_seconds": grace.total_seconds(),
+                "max_grace_seconds": max_grace.total_seconds(),
+                "margin_seconds": margin.total_seconds(),
+                "limit": limit,
+                "scan_limit": scan_limit,
+            },
+        )
+        return [(r.run_id, r.reason) for r in rows]
+
 
 class Store:
     """Owns the engine; ``tx()`` gives a transaction, the shortcuts below run one each."""
@@ -301,3 +408,4 @@ class Store:
     def run_attempts_list(self, run_id: uuid.UUID) -> Sequence[Any]:
         with self.tx() as tx:
             return tx._rows("run_attempts_list", {"run_id": run_id})
+

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,6 +14,7 @@ from sqlalchemy import text
 
 from duetime.bus.kafka import consumer_config, create_topics, producer_config
 from duetime.bus.records import JOB_DEFINITIONS, JOB_REJECTIONS, RUN_EVENTS
+from duetime.bus.run_headers import epoch_ms, read_routing
 from duetime.bus.topics import TopicCatalog
 from duetime.config import Settings
 from duetime.jobdef import parse_job
@@ -91,6 +93,196 @@ def test_plans_due_runs_publishes_them_and_is_idempotent(
     by_run = {r.run_id: r for r in rows}
     for event in decoded:
         assert event.scheduled_for == by_run[event.run_id].scheduled_for
+    # Routing headers on every record: a router reads them instead of decoding the value.
+    for message, event in zip(messages, decoded, strict=True):
+        routing = read_routing(message.headers())
+        assert routing is not None
+        assert (routing.run_id, routing.attempt) == (event.run_id, 1)
+        assert routing.due_at_ms == epoch_ms(event.due_at)
+        assert routing.target_kind == "http"
+        assert routing.sent_at_ms is not None
+        assert routing.sent_at_ms <= epoch_ms(by_run[event.run_id].published_at)
+
+
+def test_batches_insert_advance_and_publish_many_jobs(
+    env: tuple[Settings, Store, Producer],
+) -> None:
+    settings, store, producer = env
+    catalog = TopicCatalog(settings.topic_prefix)
+    kafka_target = {"kafka": {"topic": "user.events", "key": "k", "value": "{}"}}
+    jobs = [_job(f"many-{i:02d}", schedule={"at": "2020-01-01T00:00:00Z"}) for i in range(20)]
+    jobs += [
+        _job(f"emit-{i:02d}", schedule={"at": "2020-01-01T00:00:00Z"}, target=kafka_target)
+        for i in range(5)
+    ]
+    with store.tx() as tx:
+        jobs_apply(tx, jobs)
+    config = PlannerConfig(lookahead=timedelta(seconds=3), batch_size=7)
+    planner = Planner(store, producer, catalog, config)
+    planner.ensure_partitions(datetime.now(UTC).date())
+    stats = planner.run_once()
+    assert (stats.jobs_planned, stats.runs_created, stats.runs_published) == (25, 25, 25)
+    with store.engine.begin() as conn:
+        runs = conn.execute(text("SELECT run_id, publish_count FROM runs")).all()
+        advanced = conn.execute(
+            text(
+                "SELECT count(*) AS n FROM jobs WHERE next_run_at IS NULL "
+                "AND last_scheduled_for = TIMESTAMPTZ '2020-01-01T00:00:00Z'"
+            )
+        ).one()
+    assert len(runs) == 25 and all(r.publish_count == 1 for r in runs)
+    assert advanced.n == 25  # one-off jobs: nothing more to plan
+    messages = _consume_all(settings, list(catalog.due_topics), 25)
+    kinds = Counter(read_routing(m.headers()).target_kind for m in messages)  # type: ignore[union-attr]
+    assert kinds == {"http": 20, "kafka": 5}
+    assert planner.run_once().runs_published == 0
+
+
+def _insert_run(
+    conn: Any,
+    job_id: str,
+    *,
+    service: str,
+    due_s: float,
+    published_s: float | None,
+    started_s: float | None = None,
+    state: str = "scheduled",
+    publish_count: int = 1,
+) -> uuid.UUID:
+    """A run whose instants are offsets in seconds from the database clock."""
+    run_id = uuid.uuid4()
+    conn.execute(
+        text(
+            "INSERT INTO runs (run_id, job_id, tenant, target_service, scheduled_for, due_at, "
+            "state, attempt, max_attempts, lease_token, lease_expires_at, published_at, "
+            "started_at, publish_count) "
+            "SELECT :run_id, :job_id, 'team', :service, now() + make_interval(secs => :due), "
+            "now() + make_interval(secs => :due), :state, "
+            "CASE WHEN :state = 'scheduled' THEN 0 ELSE 1 END, 3, "
+            "CASE WHEN :state = 'running' THEN gen_random_uuid() END, "
+            "CASE WHEN :state = 'running' THEN now() + interval '1 minute' END, "
+            "now() + make_interval(secs => CAST(:published AS double precision)), "
+            "now() + make_interval(secs => CAST(:started AS double precision)), :count"
+        ),
+        {
+            "run_id": run_id,
+            "job_id": job_id,
+            "service": service,
+            "due": due_s,
+            "state": state,
+            "published": published_s,
+            "started": started_s,
+            "count": publish_count,
+        },
+    )
+    return run_id
+
+
+def _republished(store: Store) -> set[uuid.UUID]:
+    with store.engine.begin() as conn:
+        rows = conn.execute(
+            text("SELECT run_id FROM runs WHERE state = 'scheduled' AND published_at IS NULL")
+        ).all()
+    return {r.run_id for r in rows}
+
+
+def test_the_sweeper_does_not_republish_runs_waiting_in_a_healthy_backlog(
+    env: tuple[Settings, Store, Producer],
+) -> None:
+    settings, store, producer = env
+    planner = Planner(store, producer, TopicCatalog(settings.topic_prefix), PlannerConfig())
+    planner.ensure_partitions(datetime.now(UTC).date())
+    with store.engine.begin() as conn:
+        # 100 runs due a minute ago wait behind a backlog that is being worked: claims of runs
+        # due at the same instant keep coming (the last one a second ago).
+        for i in range(100):
+            _insert_run(conn, f"wait-{i}", service="busy", due_s=-60, published_s=-90)
+        for i in range(5):
+            _insert_run(
+                conn,
+                f"work-{i}",
+                service="busy",
+                due_s=-60,
+                published_s=-90,
+                started_s=-1 - i,
+                state="running",
+            )
+        # Published recently by a previous sweep (publish_count 2: a 60 s grace), then the
+        # group moved on: not yet due for another publication.
+        _insert_run(conn, "again", service="moving", due_s=-300, published_s=-40, publish_count=2)
+        _insert_run(
+            conn,
+            "ahead",
+            service="moving",
+            due_s=-20,
+            published_s=-50,
+            started_s=-19,
+            state="succeeded",
+        )
+    assert planner.sweep().runs_swept == 0
+    assert _republished(store) == set()
+
+
+def test_the_sweeper_republishes_runs_that_were_lost(
+    env: tuple[Settings, Store, Producer],
+) -> None:
+    settings, store, producer = env
+    catalog = TopicCatalog(settings.topic_prefix)
+    planner = Planner(store, producer, catalog, PlannerConfig(sweep_limit=2))
+    planner.ensure_partitions(datetime.now(UTC).date())
+    with store.engine.begin() as conn:
+        # The pipeline moved past it: a run of its group due 80 s later was claimed.
+        passed = _insert_run(conn, "passed", service="moving", due_s=-120, published_s=-150)
+        _insert_run(
+            conn,
+            "later",
+            service="moving",
+            due_s=-40,
+            published_s=-60,
+            started_s=-39,
+            state="succeeded",
+        )
+        # Its group stalled: claimed nothing for far longer than the grace.
+        stalled = _insert_run(conn, "stalled", service="quiet", due_s=-100, published_s=-130)
+        _insert_run(
+            conn,
+            "long-ago",
+            service="quiet",
+            due_s=-600,
+            published_s=-620,
+            started_s=-600,
+            state="succeeded",
+        )
+        # Its group never claimed anything (all its records lost): stalled too.
+        orphan = _insert_run(conn, "orphan", service="lost", due_s=-90, published_s=-95)
+    # At most sweep_limit per round, oldest first; the next round takes the rest.
+    assert planner.sweep().runs_swept == 2
+    assert _republished(store) == {passed, stalled}
+    assert planner.sweep().runs_swept == 1
+    assert _republished(store) == {passed, stalled, orphan}
+    # The outbox publishes them again and counts the publication.
+    with store.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO jobs (job_id, shard_id, schedule_kind, schedule_expr, target, "
+                "target_service) SELECT j, 0, 'at', '2020-01-01T00:00:00Z', "
+                "CAST(:target AS jsonb), 'x' FROM unnest(CAST(:ids AS text[])) AS j"
+            ),
+            {
+                "ids": ["passed", "stalled", "orphan"],
+                "target": '{"http": {"url": "https://example.com/", "method": "POST", '
+                '"headers": [], "body": null, "timeout_ms": 1000}}',
+            },
+        )
+    assert planner.publish_batch()[0].runs_published == 3
+    with store.engine.begin() as conn:
+        counts = conn.execute(
+            text("SELECT publish_count FROM runs WHERE run_id = ANY(:ids)"),
+            {"ids": [passed, stalled, orphan]},
+        ).all()
+    assert sorted(c.publish_count for c in counts) == [2, 2, 2]
+    # Published again just now: the doubled grace keeps them from being swept at once.
+    assert planner.sweep().runs_swept == 0
 
 
 def test_ingest_upserts_by_version_and_rejects_bad_records(

@@ -8,20 +8,39 @@ from datetime import timedelta
 from duetime.errors import ConfigError
 from duetime.sharding import SHARD_COUNT
 
-__all__ = ["PlannerConfig"]
+__all__ = ["MAX_HOLD", "PlannerConfig"]
+
+# The dispatcher holds a published run in memory for at most this long before its due time; the
+# planner never publishes further ahead.
+MAX_HOLD = timedelta(hours=2)
 
 
 @dataclass(frozen=True)
 class PlannerConfig:
-    # Runs are materialized and published this far ahead of their due time, so at the due instant
-    # only in-memory work remains (the dispatcher holds them).
+    # Runs are materialized and published at least this far ahead of their due time, so at the
+    # due instant only in-memory work remains (the dispatcher holds them).
     lookahead: timedelta = timedelta(seconds=30)
+    # When a spike is coming the lookahead grows (planning.lookahead_for) so that the whole
+    # spike is out `lookahead` before it is due, assuming the planner plans and publishes
+    # `planning_rate` jobs per second; never beyond `max_lookahead`.
+    max_lookahead: timedelta = timedelta(minutes=10)
+    planning_rate: float = 4000.0
+    # How often the jobs due within max_lookahead are counted (a bounded index scan).
+    probe_interval: timedelta = timedelta(seconds=5)
+    probe_bucket: timedelta = timedelta(seconds=5)
+    probe_cap: int = 1_000_000
     # How often the loop runs when there is nothing more to do.
     tick_interval: timedelta = timedelta(milliseconds=500)
-    batch_size: int = 500
-    # Runs due but not claimed this long after publication are published again (broker lost its
-    # log, dispatcher crashed). The claim compare-and-set makes the duplicate harmless.
+    # Jobs planned, and runs published, per transaction: one statement each per batch.
+    batch_size: int = 5000
+    # The sweeper (docs/planner.md): a published run not claimed `sweep_grace` after it was due
+    # is re-published only if it is plausibly lost (its group moved past it by more than
+    # `sweep_margin`, or claimed nothing for `sweep_grace`). The grace doubles with every
+    # publication of the run, up to `sweep_max_grace`; at most `sweep_limit` runs per round.
     sweep_grace: timedelta = timedelta(seconds=30)
+    sweep_max_grace: timedelta = timedelta(minutes=10)
+    sweep_margin: timedelta = timedelta(seconds=10)
+    sweep_limit: int = 1000
     sweep_interval: timedelta = timedelta(seconds=5)
     # An occurrence older than this at planning time counts as missed (catch-up policy applies).
     on_time_grace: timedelta = timedelta(seconds=60)
@@ -37,3 +56,16 @@ class PlannerConfig:
             raise ConfigError(f"planner shards must be within 0..{SHARD_COUNT - 1}")
         if self.lookahead < timedelta(0):
             raise ConfigError("planner lookahead must not be negative")
+        if not self.lookahead <= self.max_lookahead <= MAX_HOLD:
+            raise ConfigError(
+                f"planner max_lookahead must be between lookahead and {MAX_HOLD} "
+                "(the dispatcher's longest hold)"
+            )
+        if self.planning_rate <= 0:
+            raise ConfigError("planner planning_rate must be positive")
+        if self.probe_bucket <= timedelta(0) or self.probe_cap < 1:
+            raise ConfigError("planner probe_bucket and probe_cap must be positive")
+        if self.sweep_grace <= timedelta(0) or self.sweep_max_grace < self.sweep_grace:
+            raise ConfigError("planner sweep_max_grace must be at least sweep_grace (> 0)")
+        if self.sweep_limit < 1:
+            raise ConfigError("planner sweep_limit must be at least 1")

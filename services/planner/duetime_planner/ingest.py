@@ -4,11 +4,16 @@ A poison record never stops the consumer (invariant I12): whatever fails to deco
 copied byte for byte to ``<prefix>jobs.rejected`` with the field and the reason, and the offset
 moves on. Offsets are committed only after the batch is stored and the rejections acknowledged,
 so a crash replays the batch; upsert-by-version makes the replay harmless.
+
+A consumed batch is written through the same bulk path as ``duetime jobs apply``
+(``store.jobs.jobs_apply``: a few statements per batch, the same job twice in a batch resolved in
+topic order) and logged once per batch; each job's outcome is logged at DEBUG only.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -45,7 +50,7 @@ class JobIngest:
         consumer: Consumer,
         producer: Producer,
         catalog: TopicCatalog,
-        batch_size: int = 500,
+        batch_size: int = 5000,
     ) -> None:
         self.store = store
         self.consumer = consumer
@@ -78,8 +83,17 @@ class JobIngest:
         if accepted:
             with self.store.tx() as tx:
                 writes = jobs_apply(tx, accepted, self.cache)
-            for write in writes:
-                event(log, f"job.{write.action}", job_id=write.job_id, version=write.version)
+            actions = Counter(write.action for write in writes)
+            event(log, "jobs.ingested", records=len(accepted), **actions)
+            if log.isEnabledFor(logging.DEBUG):
+                for write in writes:
+                    event(
+                        log,
+                        f"job.{write.action}",
+                        logging.DEBUG,
+                        job_id=write.job_id,
+                        version=write.version,
+                    )
         try:
             self.consumer.commit(asynchronous=False)
         except KafkaException as exc:

@@ -3,12 +3,20 @@
 ``Planner.run_once()`` does one round and returns what it did, so tests call it directly; the
 service loop in ``service.py`` repeats it. All instants come from the database clock (``now()``),
 the same clock leases and due times use, so a skewed planner host changes nothing.
+
+Work is per batch, never per job or run: one scan, one insert of every run, one advance of every
+job, one mark of every published run per batch of ``batch_size``; the schedule search runs once
+per (spec, next_run_at) group (``planning.plan_jobs``). The lookahead grows when a spike is
+coming (``planning.lookahead_for``), so a midnight of 100k runs is out well before it is due.
+docs/planner.md has the design notes, including the sweeper's rule.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
@@ -16,13 +24,15 @@ from confluent_kafka import Producer
 
 from duetime.bus.kafka import DeliveryTracker
 from duetime.bus.records import RUN_EVENTS
+from duetime.bus.run_headers import routing_headers
 from duetime.bus.topics import TopicCatalog
 from duetime.errors import InvalidInput
 from duetime.logs import event
-from duetime.model import RunEvent
-from duetime.planning import plan_job
+from duetime.model import HttpTarget, RunEvent
+from duetime.planning import lookahead_for, plan_jobs
 from duetime.schedule import ScheduleCache
 from duetime.store import NewRun, Store
+from duetime.store.rows import OutboxRun
 
 from .config import PlannerConfig
 
@@ -49,6 +59,19 @@ class PlanStats:
         )
 
 
+class _MissingPartitions(Exception):
+    """Planned runs fall on days without a runs partition: create them outside the planning
+    transaction (DDL there would hold a lock on ``runs`` while the batch is written)."""
+
+    def __init__(self, days: set[date]) -> None:
+        super().__init__(sorted(days))
+        self.days = days
+
+
+def _utc_day(instant: datetime) -> date:
+    return instant.astimezone(UTC).date()
+
+
 class Planner:
     def __init__(
         self,
@@ -56,17 +79,23 @@ class Planner:
         producer: Producer,
         catalog: TopicCatalog,
         config: PlannerConfig | None = None,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.producer = producer
         self.catalog = catalog
         self.config = config or PlannerConfig()
         self.cache = ScheduleCache()
+        self._monotonic = monotonic
         self._partitions: set[date] = set()
-        self._last_sweep: float | None = None  # monotonic seconds
+        self._last_sweep: float | None = None
+        self._last_probe: float | None = None
+        self.lookahead = self.config.lookahead
 
     def run_once(self) -> PlanStats:
         """Plan every due job, publish every unpublished run (in batches), sweep when due."""
+        self.refresh_lookahead()
         stats = PlanStats()
         while True:
             round_stats, full = self.plan_batch()
@@ -81,41 +110,78 @@ class Planner:
         return stats + self.maybe_sweep()
 
     def ensure_partitions(self, today: date) -> None:
-        with self.store.tx() as tx:
-            for offset in range(-1, self.config.partitions_ahead_days + 1):
-                day = today + timedelta(days=offset)
-                if day not in self._partitions:
-                    tx.runs_ensure_partition(day)
-        self._partitions.update(
-            today + timedelta(days=o) for o in range(-1, self.config.partitions_ahead_days + 1)
+        self._ensure_days(
+            {today + timedelta(days=o) for o in range(-1, self.config.partitions_ahead_days + 1)}
         )
 
+    def _ensure_days(self, days: Iterable[date]) -> None:
+        missing = sorted(set(days) - self._partitions)
+        if not missing:
+            return
+        with self.store.tx() as tx:
+            for day in missing:
+                tx.runs_ensure_partition(day)
+        self._partitions.update(missing)
+
+    def refresh_lookahead(self, *, force: bool = False) -> timedelta:
+        """Re-count the jobs due ahead (at most every ``probe_interval``) and size the lookahead."""
+        cfg = self.config
+        clock = self._monotonic()
+        if (
+            not force
+            and self._last_probe is not None
+            and clock - self._last_probe < cfg.probe_interval.total_seconds()
+        ):
+            return self.lookahead
+        self._last_probe = clock
+        if cfg.max_lookahead == cfg.lookahead:
+            return self.lookahead
+        with self.store.tx() as tx:
+            now = tx.db_now()
+            counts = tx.jobs_due_histogram(
+                cfg.shards, now + cfg.max_lookahead, cfg.probe_bucket, cfg.probe_cap
+            )
+        lookahead = lookahead_for(
+            now=now,
+            base=cfg.lookahead,
+            maximum=cfg.max_lookahead,
+            jobs_per_second=cfg.planning_rate,
+            due_counts=counts,
+        )
+        if lookahead != self.lookahead:
+            event(
+                log,
+                "planner.lookahead",
+                lookahead_s=round(lookahead.total_seconds(), 1),
+                jobs_ahead=sum(n for _end, n in counts),
+            )
+        self.lookahead = lookahead
+        return lookahead
+
     def plan_batch(self) -> tuple[PlanStats, bool]:
+        try:
+            return self._plan_batch()
+        except _MissingPartitions as missing:
+            self._ensure_days(missing.days)
+        return self._plan_batch()
+
+    def _plan_batch(self) -> tuple[PlanStats, bool]:
         cfg = self.config
         with self.store.tx() as tx:
             now = tx.db_now()
-            due = tx.jobs_get_due(cfg.shards, now + cfg.lookahead, cfg.batch_size)
+            lookahead = self.lookahead
+            due = tx.jobs_get_due(cfg.shards, now + lookahead, cfg.batch_size)
+            plans = plan_jobs(
+                due, now=now, lookahead=lookahead, cache=self.cache, grace=cfg.on_time_grace
+            )
             new_runs: list[NewRun] = []
-            # (job_id, next_run_at, last scheduled_for): written in one batch, not per job.
+            # (job_id, next_run_at, last scheduled_for): written in one statement, not per job.
             advances: list[tuple[str, datetime | None, datetime | None]] = []
-            for job in due:
-                try:
-                    plan = plan_job(
-                        job_id=job.job_id,
-                        spec=job.schedule,
-                        window=job.window,
-                        catch_up=job.catch_up,
-                        max_catch_up=job.max_catch_up,
-                        next_run_at=job.next_run_at,
-                        now=now,
-                        lookahead=cfg.lookahead,
-                        cache=self.cache,
-                        grace=cfg.on_time_grace,
-                    )
-                except InvalidInput as exc:
+            for job, plan in zip(due, plans, strict=True):
+                if isinstance(plan, InvalidInput):
                     # The stored schedule no longer compiles (e.g. a zone removed from tzdata):
                     # stop scheduling it rather than failing the whole batch.
-                    event(log, "job.unschedulable", logging.ERROR, job_id=job.job_id, error=exc)
+                    event(log, "job.unschedulable", logging.ERROR, job_id=job.job_id, error=plan)
                     advances.append((job.job_id, None, None))
                     continue
                 for run in plan.runs:
@@ -132,71 +198,111 @@ class Planner:
                     )
                 last = plan.runs[-1].scheduled_for if plan.runs else None
                 advances.append((job.job_id, plan.next_run_at, last))
-            days = {r.scheduled_for.astimezone(UTC).date() for r in new_runs}
-            for day in sorted(days - self._partitions):
-                tx.runs_ensure_partition(day)
-            tx.runs_insert(new_runs)
-            tx.jobs_advance(advances)
-        self._partitions.update(days)
-        if new_runs:
-            event(log, "runs.planned", jobs=len(due), runs=len(new_runs))
-        return PlanStats(jobs_planned=len(due), runs_created=len(new_runs)), len(due) == (
-            cfg.batch_size
-        )
+            days = {_utc_day(r.scheduled_for) for r in new_runs} - self._partitions
+            if days:
+                raise _MissingPartitions(days)
+            inserted = tx.runs_insert_many(new_runs)
+            tx.jobs_advance_many(advances)
+        if due:
+            event(
+                log,
+                "runs.planned",
+                jobs=len(due),
+                runs=len(new_runs),
+                inserted=inserted,
+                lookahead_s=round(lookahead.total_seconds(), 1),
+            )
+        stats = PlanStats(jobs_planned=len(due), runs_created=len(new_runs))
+        return stats, len(due) == cfg.batch_size
 
     def publish_batch(self) -> tuple[PlanStats, bool]:
-        """The outbox: publish scheduled runs, mark published only what the broker acknowledged."""
+        """The outbox: publish scheduled runs, mark published only what the broker acknowledged.
+
+        Every record carries the schema header and the routing headers (run id, attempt, due
+        instant, target kind, and this round's database clock), so a router need not decode it.
+        """
         cfg = self.config
         with self.store.tx() as tx:
             now = tx.db_now()
-            rows = tx.runs_get_unpublished(now + cfg.lookahead, cfg.batch_size)
+            rows = tx.runs_get_unpublished(now + self.lookahead, cfg.batch_size)
+            orphans = [(r.run_id, r.scheduled_for) for r in rows if r.target is None]
+            cancelled = tx.runs_cancel_orphans(orphans)
             tracker = DeliveryTracker(self.producer)
+            schema_headers = RUN_EVENTS.headers()
             for row in rows:
-                if row.target is None:
-                    tx.runs_cancel_orphan(row.run_id, row.scheduled_for)
-                    event(log, "run.cancelled", run_id=row.run_id, reason="job deleted")
-                    continue
-                run = RunEvent(
-                    run_id=row.run_id,
-                    job_id=row.job_id,
-                    tenant=row.tenant,
-                    scheduled_for=row.scheduled_for,
-                    due_at=row.due_at,
-                    attempt=row.attempt + 1,
-                    max_attempts=row.max_attempts,
-                    target_service=row.target_service,
-                    target=row.target,
-                    lease=row.lease,
-                    heartbeat_interval=row.heartbeat_interval,
-                    retry=row.retry,
-                )
-                tracker.produce(
-                    (row.run_id, row.scheduled_for),
-                    self.catalog.tier_for(row.due_at - now),
-                    str(row.run_id).encode(),
-                    RUN_EVENTS.encode(run),
-                    RUN_EVENTS.headers(),
-                )
+                if row.target is not None:
+                    self._produce(tracker, row, now, schema_headers)
             acked, failed = tracker.wait(cfg.publish_timeout.total_seconds())
-            tx.runs_mark_published(acked)
-        for _token, reason in failed:
-            event(log, "run.publish_failed", logging.WARNING, error=reason)
-        if acked:
-            event(log, "runs.published", count=len(acked))
-        return PlanStats(runs_published=len(acked), publish_failures=len(failed)), len(rows) == (
-            cfg.batch_size
+            tx.runs_mark_published_many(acked)
+        self._log_publish(len(acked), failed, cancelled)
+        stats = PlanStats(runs_published=len(acked), publish_failures=len(failed))
+        return stats, len(rows) == cfg.batch_size
+
+    def _produce(
+        self,
+        tracker: DeliveryTracker,
+        row: OutboxRun,
+        now: datetime,
+        schema_headers: list[tuple[str, str | bytes | None]],
+    ) -> None:
+        assert row.target is not None
+        attempt = row.attempt + 1
+        run = RunEvent(
+            run_id=row.run_id,
+            job_id=row.job_id,
+            tenant=row.tenant,
+            scheduled_for=row.scheduled_for,
+            due_at=row.due_at,
+            attempt=attempt,
+            max_attempts=row.max_attempts,
+            target_service=row.target_service,
+            target=row.target,
+            lease=row.lease,
+            heartbeat_interval=row.heartbeat_interval,
+            retry=row.retry,
+        )
+        kind = "http" if isinstance(row.target, HttpTarget) else "kafka"
+        tracker.produce(
+            (row.run_id, row.scheduled_for),
+            self.catalog.tier_for(row.due_at - now),
+            str(row.run_id).encode(),
+            RUN_EVENTS.encode(run),
+            schema_headers + routing_headers(row.run_id, attempt, row.due_at, kind, now),
         )
 
+    def _log_publish(
+        self, acked: int, failed: Iterable[tuple[object, str]], cancelled: int
+    ) -> None:
+        reasons = Counter(reason for _token, reason in failed)
+        for reason, count in reasons.items():
+            event(log, "runs.publish_failed", logging.WARNING, count=count, error=reason)
+        if cancelled:
+            event(log, "runs.cancelled", count=cancelled, reason="job deleted")
+        if acked:
+            event(log, "runs.published", count=acked)
+
     def maybe_sweep(self) -> PlanStats:
-        now = time.monotonic()
+        clock = self._monotonic()
         if (
             self._last_sweep is not None
-            and now - self._last_sweep < self.config.sweep_interval.total_seconds()
+            and clock - self._last_sweep < self.config.sweep_interval.total_seconds()
         ):
             return PlanStats()
-        self._last_sweep = now
+        self._last_sweep = clock
+        return self.sweep()
+
+    def sweep(self) -> PlanStats:
+        """One sweeper round: make lost runs publishable again (the next publish sends them)."""
+        cfg = self.config
         with self.store.tx() as tx:
-            swept = tx.runs_sweep_unclaimed(self.config.sweep_grace)
+            swept = tx.runs_sweep_lost(
+                grace=cfg.sweep_grace,
+                max_grace=cfg.sweep_max_grace,
+                margin=cfg.sweep_margin,
+                limit=cfg.sweep_limit,
+                scan_limit=cfg.sweep_limit * 10,
+            )
         if swept:
-            event(log, "runs.swept", logging.WARNING, count=swept)
-        return PlanStats(runs_swept=swept)
+            reasons = Counter(reason for _run_id, reason in swept)
+            event(log, "runs.swept", logging.WARNING, count=len(swept), **reasons)
+        return PlanStats(runs_swept=len(swept))

@@ -29,9 +29,21 @@ log = logging.getLogger("duetime.planner")
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="duetime service planner")
-    parser.add_argument("--lookahead", type=float, default=30.0, help="seconds (default 30)")
+    defaults = PlannerConfig()
+    parser.add_argument(
+        "--lookahead",
+        type=float,
+        default=defaults.lookahead.total_seconds(),
+        help="publish runs at least this many seconds before they are due (default 30)",
+    )
+    parser.add_argument(
+        "--max-lookahead",
+        type=float,
+        default=defaults.max_lookahead.total_seconds(),
+        help="how far ahead a coming spike may be planned, in seconds (default 600)",
+    )
     parser.add_argument("--tick", type=float, default=0.5, help="loop period in seconds")
-    parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
     return parser.parse_args(argv)
 
 
@@ -41,6 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = load_settings()
     config = PlannerConfig(
         lookahead=timedelta(seconds=args.lookahead),
+        max_lookahead=timedelta(seconds=max(args.max_lookahead, args.lookahead)),
         tick_interval=timedelta(seconds=args.tick),
         batch_size=args.batch_size,
     )

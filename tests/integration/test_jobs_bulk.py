@@ -1,0 +1,113 @@
+"""Bulk job writes on PostgreSQL: versions, tombstones, duplicates, chunks; per item results."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from duetime.events import JobTombstone
+from duetime.jobdef import parse_job
+from duetime.model import JobDefinition
+from duetime.store import Store
+from duetime.store import jobs as jobs_module
+from duetime.store.jobs import jobs_apply
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[Store]:
+    store = Store(database_url, pool_size=1)
+    yield store
+    store.close()
+
+
+def _job(job_id: str, version: int | None = None, **extra: Any) -> JobDefinition:
+    data: dict[str, Any] = {
+        "id": job_id,
+        "schedule": {"cron": "0 0 * * *", "time_zone": "Asia/Kolkata"},
+        "target": {"http": {"url": "https://example.com/hook", "headers": {"X-Team": "a"}}},
+        **extra,
+    }
+    if version is not None:
+        data["version"] = version
+    return parse_job(data)
+
+
+def _stored(store: Store) -> dict[str, Any]:
+    with store.engine.begin() as conn:
+        rows = conn.execute(
+            text("SELECT job_id, version, tenant, paused, next_run_at, schedule_expr FROM jobs")
+        ).all()
+    return {r.job_id: r for r in rows}
+
+
+def test_bulk_apply_resolves_versions_tombstones_duplicates_and_stale_items(
+    store: Store,
+) -> None:
+    with store.tx() as tx:
+        first = jobs_apply(tx, [_job("keep", 5), _job("bump"), _job("doomed", 2), _job("cron")])
+    assert [w.action for w in first] == ["created"] * 4
+    before = _stored(store)
+
+    items: list[JobDefinition | JobTombstone] = [
+        _job("keep", 4, tenant="stale"),  # older than stored 5: unchanged
+        _job("bump", tenant="team-b"),  # version 0: stored 1 + 1
+        _job("bump", tenant="team-c"),  # the same job again in one batch: 3
+        JobTombstone("doomed", 3),
+        JobTombstone("absent", 1),
+        _job("cron", 2, paused=True),  # same schedule: next_run_at kept
+        _job("fresh"),
+    ]
+    with store.tx() as tx:
+        writes = jobs_apply(tx, items)
+    assert [(w.job_id, w.action, w.version) for w in writes] == [
+        ("keep", "unchanged", 4),
+        ("bump", "updated", 2),
+        ("bump", "updated", 3),
+        ("doomed", "deleted", 3),
+        ("absent", "not_found", 1),
+        ("cron", "updated", 2),
+        ("fresh", "created", 1),
+    ]
+    after = _stored(store)
+    assert set(after) == {"keep", "bump", "cron", "fresh"}
+    assert (after["keep"].version, after["keep"].tenant) == (5, "default")
+    assert (after["bump"].version, after["bump"].tenant) == (3, "team-c")
+    assert after["cron"].paused and after["cron"].next_run_at == before["cron"].next_run_at
+    assert after["fresh"].next_run_at == after["cron"].next_run_at  # same spec, same instant
+
+
+def test_a_changed_schedule_recomputes_next_run_at(store: Store) -> None:
+    with store.tx() as tx:
+        jobs_apply(tx, [_job("move")])
+    with store.tx() as tx:
+        jobs_apply(tx, [_job("move", schedule={"cron": "30 1 * * *", "time_zone": "UTC"})])
+    row = _stored(store)["move"]
+    assert row.schedule_expr == "30 1 * * *"
+    assert (row.next_run_at.hour, row.next_run_at.minute) == (1, 30)
+
+
+def test_batches_larger_than_a_chunk_and_all_or_nothing(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jobs_module, "CHUNK_SIZE", 7)
+    jobs = [_job(f"bulk-{i:03d}") for i in range(40)]
+    with store.tx() as tx:
+        writes = jobs_apply(tx, jobs)
+    assert [w.action for w in writes] == ["created"] * 40
+    with store.tx() as tx:
+        again = jobs_apply(tx, [*jobs, JobTombstone("bulk-000", 9)])
+    assert [w.action for w in again] == ["updated"] * 40 + ["deleted"]
+    assert len(_stored(store)) == 39
+
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom), store.tx() as tx:
+        jobs_apply(tx, [_job("rolled-back")])
+        raise Boom
+    assert "rolled-back" not in _stored(store)

@@ -1,0 +1,101 @@
+"""The planner's batch decisions: grouped schedule search, and a lookahead that grows for spikes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from duetime.errors import InvalidInput
+from duetime.planning import JobPlan, lookahead_for, plan_job, plan_jobs
+from duetime.schedule import ScheduleCache, ScheduleSpec
+
+NOW = datetime(2026, 12, 31, 23, 59, 40, tzinfo=UTC)
+MIDNIGHT = ScheduleSpec(kind="cron", expression="0 0 * * *", time_zone="UTC")
+BASE = timedelta(seconds=30)
+
+
+@dataclass(frozen=True)
+class _Due:
+    job_id: str
+    schedule: ScheduleSpec
+    next_run_at: datetime
+    window: timedelta = timedelta(0)
+    catch_up: str = "once"
+    max_catch_up: int = 100
+
+
+def test_plan_jobs_matches_plan_job_for_every_job() -> None:
+    midnight = datetime(2027, 1, 1, tzinfo=UTC)
+    jobs = [_Due(f"j{i}", MIDNIGHT, midnight, window=timedelta(seconds=i % 3)) for i in range(50)]
+    jobs.append(
+        _Due(
+            "bad",
+            ScheduleSpec(kind="cron", expression="0 0 * * *", time_zone="Mars/Base"),
+            midnight,
+        )
+    )
+    cache = ScheduleCache()
+    plans = plan_jobs(jobs, now=NOW, lookahead=BASE, cache=cache)
+    assert isinstance(plans[-1], InvalidInput)
+    for job, plan in zip(jobs[:-1], plans[:-1], strict=True):
+        assert plan == plan_job(
+            job_id=job.job_id,
+            spec=job.schedule,
+            window=job.window,
+            catch_up=job.catch_up,
+            max_catch_up=job.max_catch_up,
+            next_run_at=job.next_run_at,
+            now=NOW,
+            lookahead=BASE,
+            cache=cache,
+        )
+        assert isinstance(plan, JobPlan) and [r.scheduled_for for r in plan.runs] == [midnight]
+    # Run ids differ per job although the schedule was searched once for all of them.
+    assert len({p.runs[0].run_id for p in plans[:-1] if isinstance(p, JobPlan)}) == 50
+
+
+def test_a_quiet_horizon_keeps_the_base_lookahead() -> None:
+    counts = [(NOW + timedelta(seconds=s), 10) for s in range(5, 600, 5)]
+    assert (
+        lookahead_for(
+            now=NOW,
+            base=BASE,
+            maximum=timedelta(minutes=10),
+            jobs_per_second=4000,
+            due_counts=counts,
+        )
+        == BASE
+    )
+
+
+def test_a_spike_is_planned_early_enough_to_be_out_the_base_before_it() -> None:
+    spike_at = NOW + timedelta(seconds=100)
+    counts = [(spike_at, 100_000)]
+    rate = 4000.0  # 100k jobs take 25 s: planning must start 55 s before the spike
+    far = lookahead_for(
+        now=NOW, base=BASE, maximum=timedelta(minutes=10), jobs_per_second=rate, due_counts=counts
+    )
+    assert far == BASE  # 100 s ahead: not yet
+    later = NOW + timedelta(seconds=45)
+    near = lookahead_for(
+        now=later, base=BASE, maximum=timedelta(minutes=10), jobs_per_second=rate, due_counts=counts
+    )
+    assert near == spike_at - later  # 55 s ahead: the spike is in the window now
+
+
+def test_the_lookahead_never_exceeds_the_maximum() -> None:
+    counts = [(NOW + timedelta(minutes=30), 10_000_000)]
+    assert (
+        lookahead_for(
+            now=NOW,
+            base=BASE,
+            maximum=timedelta(minutes=10),
+            jobs_per_second=100,
+            due_counts=counts,
+        )
+        == BASE
+    )
+    counts = [(NOW + timedelta(minutes=5), 10_000_000)]
+    assert lookahead_for(
+        now=NOW, base=BASE, maximum=timedelta(minutes=10), jobs_per_second=100, due_counts=counts
+    ) == timedelta(minutes=5)
