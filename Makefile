@@ -8,7 +8,7 @@ RUN := $(UV) run --frozen --no-sync
 export UV_PYTHON_DOWNLOADS := never
 export UV_PYTHON := $(PYTHON)
 
-.PHONY: up test check lint fmt typecheck contracts unit bench stack-up stack-down clean
+.PHONY: up test check lint fmt typecheck contracts unit bench bench-spike stack-up stack-down clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -48,6 +48,10 @@ unit: $(STAMP)
 
 bench: $(STAMP)
 	$(RUN) python -m bench
+
+## bench-spike: the spike benchmark's scenario set (~25 min); bench/results/spike.json, bench/reports/spike.md
+bench-spike: $(STAMP)
+	$(RUN) python -m bench spike --set
 
 stack-up: $(STAMP)
 	$(RUN) duetime stack up

@@ -82,7 +82,12 @@ def run_one(config: ScenarioConfig) -> dict[str, Any]:
     return result
 
 
-def run_set(scale: float = 1.0, duration: float = 60.0) -> list[dict[str, Any]]:
+def run_set(
+    scale: float = 1.0,
+    duration: float = 60.0,
+    json_path: Path = RESULTS / "spike.json",
+    report_path: Path = REPORTS / "spike.md",
+) -> list[dict[str, Any]]:
     """Every scenario of :data:`SCENARIO_SET`; ``scale`` shrinks the counts for a quick try."""
     results: list[dict[str, Any]] = []
     for scenario, target, n, future in SCENARIO_SET:
@@ -95,8 +100,8 @@ def run_set(scale: float = 1.0, duration: float = 60.0) -> list[dict[str, Any]]:
             duration=duration,
         )
         results.append(run_one(config))
-        _write_json(RESULTS / "spike.json", results)  # keep what we have if a later one hangs
-    write_report(results, REPORTS / "spike.md")
+        _write_json(json_path, results)  # keep what we have if a later one hangs
+    write_report(results, report_path)
     return results
 
 
@@ -122,7 +127,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--drain-timeout", type=float, default=120.0)
     parser.add_argument("--fetch-wait-ms", type=int, default=10, help="Kafka target consumer")
     parser.add_argument("--keep-dir", type=Path, default=None, help="keep logs and data here")
-    parser.add_argument("--json", type=Path, default=RESULTS / "spike-one.json")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        help="results (default bench/results/spike-one.json, with --set spike.json)",
+    )
+    parser.add_argument("--report", type=Path, default=REPORTS / "spike.md", help="--set only")
     parser.add_argument(
         "--set",
         action="store_true",
@@ -136,7 +147,9 @@ def spike_command(argv: list[str]) -> int:
     """``python -m bench spike ...``"""
     args = _parser().parse_args(argv)
     if args.set:
-        results = run_set(args.scale, args.duration)
+        results = run_set(
+            args.scale, args.duration, args.json or RESULTS / "spike.json", args.report
+        )
         return 0 if all("error" not in r for r in results) else 1
     n = args.n
     if n is None:
@@ -154,8 +167,9 @@ def spike_command(argv: list[str]) -> int:
         keep_dir=args.keep_dir,
     )
     result = run_one(config)
-    _write_json(args.json, [result])
-    print(f"wrote {args.json}")
+    path = args.json or RESULTS / "spike-one.json"
+    _write_json(path, [result])
+    print(f"wrote {path}")
     return 0 if "error" not in result else 1
 
 

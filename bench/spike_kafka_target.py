@@ -10,8 +10,9 @@ to wait for; it still has its own group id) with the project's local client prof
 ``fetch.wait.max.ms``: the embedded broker answers a waiting fetch by polling, not when data lands
 (shared/KAFKA.md §2.1), so a long wait would measure the consumer rather than the scheduler.
 
-It keeps the receive time (``time.time()`` when ``consume`` returned the batch), the record's
-CreateTime and its headers; the headers are parsed after the run. Same stdout protocol as
+Per record it writes the receive time (``time.time()`` when ``consume`` returned the batch), the
+record's CreateTime and the idempotency headers to OUT as it goes (a steady scenario brings
+millions of records; keeping them in memory would cost gigabytes). Same stdout protocol as
 :mod:`bench.spike_http_target`: ``ready``, ``count N``, ``done N``.
 """
 
@@ -25,26 +26,35 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from bench.spike_recorder import Arrival, parse_instant, print_line, write_arrivals
+from bench.spike_recorder import print_line
 from duetime.bus.kafka import consumer_config
 from duetime.config import Settings
 
 __all__ = ["main"]
 
+_RUN_ID = "X-Duetime-Run-Id"
+_ATTEMPT = "X-Duetime-Attempt"
+_SCHEDULED_FOR = "X-Duetime-Scheduled-For"
+_FLUSH_LINES = 20_000
 
-def _arrival(received_at: float, created_ms: int, headers: Any) -> Arrival | None:
-    fields = {k.lower(): v for k, v in headers or () if v is not None}
-    run_id = fields.get("x-duetime-run-id")
-    scheduled = fields.get("x-duetime-scheduled-for")
+
+def _line(received_at: float, message: Any) -> str | None:
+    """One line of :func:`bench.spike_recorder.read_arrivals`, or None for a foreign record."""
+    run_id = attempt = scheduled = None
+    for key, value in message.headers() or ():
+        if key == _RUN_ID:
+            run_id = value
+        elif key == _ATTEMPT:
+            attempt = value
+        elif key == _SCHEDULED_FOR:
+            scheduled = value
     if run_id is None or scheduled is None:
         return None
-    attempt = int(fields.get("x-duetime-attempt", b"0"))
-    return Arrival(
-        run_id.decode("ascii"),
-        attempt,
-        parse_instant(scheduled.decode("ascii")),
-        received_at,
-        created_ms / 1000 if created_ms > 0 else None,
+    created_ms = message.timestamp()[1]
+    created = f"{created_ms / 1000:.3f}" if created_ms > 0 else ""
+    return (
+        f"{run_id.decode()}\t{(attempt or b'0').decode()}\t{scheduled.decode()}"
+        f"\t{received_at:.6f}\t{created}\n"
     )
 
 
@@ -68,25 +78,30 @@ def main() -> None:
         stop.set()
 
     threading.Thread(target=wait_for_stop, daemon=True).start()
-    received: list[tuple[float, int, Any]] = []
-    batch = consumer.consume(1, 0.5)  # connect and fetch once before saying ready
-    print_line("ready")
-    next_report = 0.0
-    while True:
-        now = time.time()
-        for message in batch:
-            if message.error() is None:
-                received.append((now, message.timestamp()[1], message.headers()))
-        if now >= next_report:
-            print_line(f"count {len(received)}")
-            next_report = now + 0.25
-        if stop.is_set():
-            break
-        batch = consumer.consume(10_000, 0.05)
+    count = 0
+    lines: list[str] = []
+    with Path(out).open("w", encoding="ascii") as sink:
+        batch = consumer.consume(1, 0.5)  # connect and fetch once before saying ready
+        print_line("ready")
+        next_report = 0.0
+        while True:
+            now = time.time()
+            for message in batch:
+                if message.error() is None and (line := _line(now, message)) is not None:
+                    lines.append(line)
+            count += len(batch)
+            if len(lines) >= _FLUSH_LINES:
+                sink.write("".join(lines))
+                lines.clear()
+            if now >= next_report:
+                print_line(f"count {count}")
+                next_report = now + 0.25
+            if stop.is_set():
+                break
+            batch = consumer.consume(10_000, 0.05)
+        sink.write("".join(lines))
     consumer.close()
-    arrivals = [a for a in (_arrival(*r) for r in received) if a is not None]
-    write_arrivals(Path(out), arrivals)
-    print_line(f"done {len(arrivals)}")
+    print_line(f"done {count}")
 
 
 if __name__ == "__main__":

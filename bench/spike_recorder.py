@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Arrival:
     """One handler start, as the target saw it. Instants are Unix epoch seconds."""
 
@@ -59,15 +59,22 @@ def write_arrivals(path: Path, arrivals: Sequence[Arrival]) -> None:
 
 
 def read_arrivals(path: Path) -> list[Arrival]:
+    """Read OUT back. The scheduled_for column is epoch seconds or the header's ISO-8601 text
+    (the Kafka recorder writes the header as it came, to keep its hot loop cheap)."""
     arrivals: list[Arrival] = []
+    instants: dict[str, float] = {}  # runs share few distinct scheduled_for values
     with path.open(encoding="ascii") as source:
         for line in source:
             run_id, attempt, scheduled, arrived, created = line.rstrip("\n").split("\t")
+            instant = instants.get(scheduled)
+            if instant is None:
+                instant = parse_instant(scheduled) if "T" in scheduled else float(scheduled)
+                instants[scheduled] = instant
             arrivals.append(
                 Arrival(
                     run_id,
                     int(attempt),
-                    float(scheduled),
+                    instant,
                     float(arrived),
                     float(created) if created else None,
                 )

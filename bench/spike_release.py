@@ -24,9 +24,10 @@ __all__ = ["read_releases"]
 
 
 def read_releases(
-    settings: Settings, topic: str, timeout: float = 300.0
+    settings: Settings, topic: str, due_from: float, due_to: float, timeout: float = 300.0
 ) -> tuple[dict[str, Release], int]:
-    """The earliest release of each run on ``topic`` and the number of records read."""
+    """The earliest release of each run due in [due_from, due_to) (epoch s) on ``topic``, and
+    the number of records read (all of them)."""
     consumer = Consumer(
         consumer_config(settings, f"bench-ready-{time.time_ns()}", **{"enable.partition.eof": True})
     )
@@ -59,6 +60,8 @@ def read_releases(
                 else:
                     run = RUN_EVENTS.decode(message.value(), headers)
                     run_id, due_at = str(run.run_id), run.due_at.timestamp()
+                if not due_from <= due_at < due_to:
+                    continue
                 seen = releases.get(run_id)
                 if seen is None or created < seen.created_at:
                     releases[run_id] = Release(created, due_at)

@@ -204,7 +204,7 @@ def _details(results: Sequence[Result]) -> list[str]:
         lines.append(
             f"  handler starts {r.get('handler_starts'):,} for {r.get('started'):,} runs;"
             f" runs in PostgreSQL: {states or 'none'}; retried {db.get('retried')};"
-            f" never published {db.get('unpublished')}"
+            f" never published {db.get('unpublished')}."
         )
         extra = [f"drain (T → last run finished) {_v(r.get('drain_s'))} s"]
         if r.get("scenario") == "steady":
@@ -249,6 +249,23 @@ def _plot(results: Sequence[Result], path: Path) -> bool:
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
+        # In a spike every run has the same scheduled_for, so lateness grows with arrival time
+        # by construction; the start rate beside it shows how fast the backlog drained.
+        width = float(r.get("timeline_bin_s") or 1.0)
+        rate = ax.twinx()
+        rate.bar(
+            t,
+            [row[1] / width for row in rows],
+            width=width,
+            align="edge",
+            color="grey",
+            alpha=0.25,
+        )
+        rate.set_ylabel("starts/s (bars)", fontsize=8)
+        rate.tick_params(labelsize=7)
+        ax.set_zorder(rate.get_zorder() + 1)  # the lateness lines above the bars
+        ax.patch.set_visible(False)
+        ax.set_ylim(bottom=0)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -340,7 +340,8 @@ def _lateness(
     emit_ms = [
         (a.created_at - a.scheduled_for) * 1000 for a in starts.values() if a.created_at is not None
     ]
-    releases, ready_records = read_releases(settings, TopicCatalog(settings.topic_prefix).ready)
+    ready = TopicCatalog(settings.topic_prefix).ready
+    releases, ready_records = read_releases(settings, ready, start, end)
     release_ms, from_ready, from_target = release_lateness(starts, releases)
     if len(starts) > expected:
         notes.append(f"{len(starts) - expected} more distinct runs started than expected")
@@ -355,6 +356,7 @@ def _lateness(
         "releases_from_ready": from_ready,
         "releases_direct": from_target,
         "ready_records": ready_records,
+        "timeline_bin_s": bin_s,
         "timeline": timeline(starts.values(), origin, bin_s),
     }
 
