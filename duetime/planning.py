@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol, cast
 
@@ -32,6 +32,7 @@ __all__ = [
     "DueJobLike",
     "JobPlan",
     "PlannedRun",
+    "PlanningRate",
     "initial_next_run_at",
     "lookahead_for",
     "plan_job",
@@ -189,3 +190,32 @@ def lookahead_for(
         if ahead - base - work <= timedelta(0):
             lookahead = max(lookahead, ahead)
     return min(lookahead, maximum)
+
+
+@dataclass
+class PlanningRate:
+    """How many jobs per second the planner plans and publishes, for ``lookahead_for``.
+
+    Starts from ``assumed`` (a conservative default) and learns from busy rounds (at least
+    ``min_jobs`` jobs): an exponentially weighted mean of jobs / busy second. The rate used is the
+    lower of the two, so a loaded or slow machine plans its spikes earlier, and a fast one never
+    later than the configuration says.
+    """
+
+    assumed: float
+    min_jobs: int = 1000
+    smoothing: float = 0.3
+    measured: float | None = field(default=None)
+
+    def observe(self, jobs: int, busy_seconds: float) -> None:
+        if jobs < self.min_jobs or busy_seconds <= 0:
+            return
+        sample = jobs / busy_seconds
+        if self.measured is None:
+            self.measured = sample
+        else:
+            self.measured += self.smoothing * (sample - self.measured)
+
+    @property
+    def jobs_per_second(self) -> float:
+        return self.assumed if self.measured is None else min(self.assumed, self.measured)

@@ -213,6 +213,13 @@ class Tx:
         rows = self._rows("jobs_get_versions", {"job_ids": batch_json(list(job_ids))})
         return {r.job_id: int(r.version) for r in rows}
 
+    def jobs_get_due_batch(
+        self, shards: Sequence[int], horizon: datetime, limit: int
+    ) -> list[DueJob]:
+        """Like ``jobs_get_due``, for batches of thousands (see the query's note)."""
+        params = {"shards": list(shards), "horizon": horizon, "limit": limit, "pick": 2 * limit}
+        return [DueJob.from_row(r) for r in self._rows("jobs_get_due_batch", params)]
+
     def jobs_upsert_many(self, records: Sequence[dict[str, Any]]) -> set[str]:
         """Upsert ``rows.job_record`` objects; returns the job_ids stored (created or updated)."""
         if not records:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from duetime.errors import InvalidInput
-from duetime.planning import JobPlan, lookahead_for, plan_job, plan_jobs
+from duetime.planning import JobPlan, PlanningRate, lookahead_for, plan_job, plan_jobs
 from duetime.schedule import ScheduleCache, ScheduleSpec
 
 NOW = datetime(2026, 12, 31, 23, 59, 40, tzinfo=UTC)
@@ -99,3 +99,15 @@ def test_the_lookahead_never_exceeds_the_maximum() -> None:
     assert lookahead_for(
         now=NOW, base=BASE, maximum=timedelta(minutes=10), jobs_per_second=100, due_counts=counts
     ) == timedelta(minutes=5)
+
+
+def test_the_planning_rate_learns_from_busy_rounds_and_stays_conservative() -> None:
+    rate = PlanningRate(assumed=1000.0, min_jobs=100)
+    assert rate.jobs_per_second == 1000.0
+    rate.observe(50, 1.0)  # too small a round to say anything
+    assert rate.measured is None
+    rate.observe(5000, 10.0)  # a loaded machine: 500/s
+    assert rate.jobs_per_second == 500.0
+    for _ in range(20):
+        rate.observe(5000, 1.0)  # a fast machine: never faster than assumed
+    assert rate.jobs_per_second == 1000.0

@@ -70,6 +70,27 @@ USING json_to_recordset(CAST(:rows AS json)) AS d(job_id text, version bigint)
 WHERE j.job_id = d.job_id AND j.version < d.version
 RETURNING j.job_id;
 
+-- name: jobs_get_due_batch
+-- The planner's scan (jobs_get_due), shaped for large batches: the keys of the oldest due jobs
+-- are picked first (a top-N sort of keys), then those rows are locked, skipping rows another
+-- planner holds. Locking in the same query level as the ORDER BY would sort every due row in
+-- full before LIMIT (LockRows sits between them): measured 0.4 s per 5000-job batch with 100k
+-- due. :pick is larger than :limit so that rows locked elsewhere do not leave the batch short.
+SELECT job_id, tenant, schedule_kind, schedule_expr, time_zone, dst_gap, dst_overlap, start_at,
+       window_ms, catch_up, max_catch_up, target_service, max_attempts, next_run_at,
+       last_scheduled_for
+FROM jobs
+WHERE job_id = ANY(ARRAY(
+        SELECT job_id FROM jobs
+        WHERE shard_id = ANY(:shards) AND NOT paused AND next_run_at IS NOT NULL
+          AND next_run_at <= :horizon
+        ORDER BY next_run_at
+        LIMIT :pick))
+  AND NOT paused AND next_run_at IS NOT NULL AND next_run_at <= :horizon
+ORDER BY next_run_at
+LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
 -- name: jobs_advance_many
 -- The planner moves every planned job of a batch in one statement.
 UPDATE jobs j SET next_run_at = u.next_run_at,

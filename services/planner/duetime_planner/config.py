@@ -22,9 +22,11 @@ class PlannerConfig:
     lookahead: timedelta = timedelta(seconds=30)
     # When a spike is coming the lookahead grows (planning.lookahead_for) so that the whole
     # spike is out `lookahead` before it is due, assuming the planner plans and publishes
-    # `planning_rate` jobs per second; never beyond `max_lookahead`.
+    # `planning_rate` jobs per second, or less if it measured less (planning.PlanningRate);
+    # never beyond `max_lookahead`. 1000/s is below what one planner does on a loaded 2-core
+    # machine (~1500/s measured, docs/planner.md).
     max_lookahead: timedelta = timedelta(minutes=10)
-    planning_rate: float = 4000.0
+    planning_rate: float = 1000.0
     # How often the jobs due within max_lookahead are counted (a bounded index scan).
     probe_interval: timedelta = timedelta(seconds=5)
     probe_bucket: timedelta = timedelta(seconds=5)

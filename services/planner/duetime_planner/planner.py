@@ -29,7 +29,7 @@ from duetime.bus.topics import TopicCatalog
 from duetime.errors import InvalidInput
 from duetime.logs import event
 from duetime.model import HttpTarget, RunEvent
-from duetime.planning import lookahead_for, plan_jobs
+from duetime.planning import PlanningRate, lookahead_for, plan_jobs
 from duetime.schedule import ScheduleCache
 from duetime.store import NewRun, Store
 from duetime.store.rows import OutboxRun
@@ -92,10 +92,12 @@ class Planner:
         self._last_sweep: float | None = None
         self._last_probe: float | None = None
         self.lookahead = self.config.lookahead
+        self.rate = PlanningRate(self.config.planning_rate, min_jobs=self.config.batch_size)
 
     def run_once(self) -> PlanStats:
         """Plan every due job, publish every unpublished run (in batches), sweep when due."""
         self.refresh_lookahead()
+        started = self._monotonic()
         stats = PlanStats()
         while True:
             round_stats, full = self.plan_batch()
@@ -107,6 +109,7 @@ class Planner:
             stats += round_stats
             if not full or round_stats.runs_published == 0:
                 break
+        self.rate.observe(stats.jobs_planned, self._monotonic() - started)
         return stats + self.maybe_sweep()
 
     def ensure_partitions(self, today: date) -> None:
@@ -145,7 +148,7 @@ class Planner:
             now=now,
             base=cfg.lookahead,
             maximum=cfg.max_lookahead,
-            jobs_per_second=cfg.planning_rate,
+            jobs_per_second=self.rate.jobs_per_second,
             due_counts=counts,
         )
         if lookahead != self.lookahead:
@@ -154,6 +157,7 @@ class Planner:
                 "planner.lookahead",
                 lookahead_s=round(lookahead.total_seconds(), 1),
                 jobs_ahead=sum(n for _end, n in counts),
+                jobs_per_s=round(self.rate.jobs_per_second),
             )
         self.lookahead = lookahead
         return lookahead
@@ -170,7 +174,7 @@ class Planner:
         with self.store.tx() as tx:
             now = tx.db_now()
             lookahead = self.lookahead
-            due = tx.jobs_get_due(cfg.shards, now + lookahead, cfg.batch_size)
+            due = tx.jobs_get_due_batch(cfg.shards, now + lookahead, cfg.batch_size)
             plans = plan_jobs(
                 due, now=now, lookahead=lookahead, cache=self.cache, grace=cfg.on_time_grace
             )
