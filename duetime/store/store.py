@@ -416,3 +416,32 @@ class Store:
         with self.tx() as tx:
             return tx._rows("run_attempts_list", {"run_id": run_id})
 
+    # dispatcher ------------------------------------------------------------------------------
+    def runs_emitted(
+        self, worker: str, emitted: Sequence[tuple[uuid.UUID, datetime, int, datetime, datetime]]
+    ) -> set[tuple[uuid.UUID, int]]:
+        """Record Kafka-target runs the dispatcher emitted itself as succeeded, in one statement
+        (``dispatcher.sql``). ``emitted``: (run_id, scheduled_for, attempt, started_at,
+        finished_at). Returns the (run_id, attempt) it recorded; the others had already been
+        handled (a worker, or this same record earlier) and are left alone."""
+        if not emitted:
+            return set()
+        with self.tx() as tx:
+            rows = tx._rows(
+                "runs_emitted",
+                {
+                    "worker": worker,
+                    "run_ids": [e[0] for e in emitted],
+                    "scheduled_fors": [e[1] for e in emitted],
+                    "attempts": [e[2] for e in emitted],
+                    "started_ats": [e[3] for e in emitted],
+                    "finished_ats": [e[4] for e in emitted],
+                },
+            )
+        return {(row.run_id, row.attempt) for row in rows}
+
+    def db_clock(self) -> datetime:
+        """The database clock right now (``clock_timestamp()``), for the dispatcher's offset."""
+        with self.tx() as tx:
+            now: datetime = tx._rows("db_clock")[0].now
+        return now

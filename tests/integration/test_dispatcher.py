@@ -26,12 +26,14 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from duetime.bus.kafka import consumer_config, create_topics, producer_config
-from duetime.bus.records import RUN_EVENTS
+from duetime.bus.records import RUN_EVENTS, RUN_RESULTS
 from duetime.bus.run_headers import epoch_ms, routing_headers
-from duetime.bus.topics import TopicCatalog
+from duetime.bus.target_records import format_instant
+from duetime.bus.topics import TopicCatalog, TopicSpec
 from duetime.config import Settings
 from duetime.errors import CodecError
-from duetime.model import HttpTarget, RunEvent
+from duetime.model import HttpTarget, KafkaTarget, RunEvent, run_id_for
+from duetime.store import NewRun, Store
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -41,9 +43,9 @@ WAIT = 30.0
 
 
 @pytest.fixture
-def settings(stack: Any, tmp_path: Path) -> Settings:
+def settings(stack: Any, database_url: str, tmp_path: Path) -> Settings:
     settings = Settings(
-        database_url=stack.database_url,
+        database_url=database_url,
         kafka_bootstrap=stack.kafka_bootstrap,
         etcd_endpoints=stack.etcd_endpoints,
         topic_prefix=f"d{uuid.uuid4().hex[:8]}.",
@@ -384,9 +386,10 @@ def routed_headers(
     run: RunEvent, *, due_at: datetime | None = None, sent_at: datetime | None = None
 ) -> list[tuple[str, str | bytes | None]]:
     """The headers the planner puts on a due record."""
+    kind = "kafka" if isinstance(run.target, KafkaTarget) else "http"
     return [
         *routing_headers(
-            run.run_id, run.attempt, due_at or run.due_at, "http", sent_at or datetime.now(UTC)
+            run.run_id, run.attempt, due_at or run.due_at, kind, sent_at or datetime.now(UTC)
         ),
         *RUN_EVENTS.headers(),
     ]
@@ -468,3 +471,109 @@ def test_judges_due_instants_by_the_database_clock(
     assert arrival.created_ms >= local_due_ms, "released before the database's due instant"
     assert arrival.arrived_at < db_due_at - timedelta(seconds=1)  # not by this host's clock
     dispatcher.wait_event("dispatcher.stats", "clock_correction_ms=-", timeout=20)
+
+
+def kafka_run(store: Store, topic: str, due_at: datetime) -> RunEvent:
+    """A scheduled run row of a Kafka-target job (as the planner stores it), and its RunEvent."""
+    job_id = f"job-{uuid.uuid4().hex[:8]}"
+    run_id = run_id_for(job_id, due_at)
+    with store.tx() as tx:
+        tx.runs_ensure_partition(due_at.date())
+        tx.runs_insert([NewRun(run_id, job_id, "acme", f"kafka:{topic}", due_at, due_at, 3)])
+    return RunEvent(
+        run_id=run_id,
+        job_id=job_id,
+        tenant="acme",
+        scheduled_for=due_at,
+        due_at=due_at,
+        attempt=1,
+        max_attempts=3,
+        target_service=f"kafka:{topic}",
+        target=KafkaTarget(topic=topic, key=f"key-{job_id}", value=f'{{"job": "{job_id}"}}'),
+        lease=timedelta(seconds=60),
+        heartbeat_interval=timedelta(seconds=20),
+    )
+
+
+def read_all(settings: Settings, topic: str, until: Callable[[list[Any]], bool]) -> list[Any]:
+    """Records of ``topic`` from the beginning, until ``until(records)`` (or WAIT)."""
+    consumer = Consumer(consumer_config(settings, f"test-{uuid.uuid4().hex}"))
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        records: list[Any] = []
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline and not until(records):
+            msg = consumer.poll(0.1)
+            if msg is not None and msg.error() is None:
+                records.append(msg)
+        return records
+    finally:
+        consumer.close()
+
+
+def test_kafka_targets_are_emitted_by_the_dispatcher_and_recorded_in_batches(
+    settings: Settings,
+    dispatchers: Callable[[], DispatcherProcess],
+    ready: ReadyReader,
+) -> None:
+    """A Kafka-target run reaches its own topic at its due instant with the idempotency headers,
+    its run row says succeeded with one attempt row, and a result is published; no worker is
+    involved. A run whose topic is refused goes to runs.ready for a worker to end it."""
+    store = Store(settings.database_url, pool_size=1)
+    user_topic = f"user-{uuid.uuid4().hex[:8]}"
+    create_topics(settings, [TopicSpec(user_topic, 1)])
+    dispatcher = dispatchers()
+    dispatcher.wait_event("dispatcher.started")
+    out = Publisher(settings)
+
+    due_at = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
+    runs = [kafka_run(store, user_topic, due_at + timedelta(milliseconds=n)) for n in range(5)]
+    forged = kafka_run(store, TopicCatalog(settings.topic_prefix).ready, due_at)
+    for run in [*runs, forged]:
+        key = str(run.run_id).encode()
+        out.send("10s", RUN_EVENTS.encode(run), key, headers=routed_headers(run))
+    # One without routing headers takes the fast path too (decoded from its value).
+    legacy = kafka_run(store, user_topic, due_at + timedelta(milliseconds=10))
+    out.send("10s", RUN_EVENTS.encode(legacy), str(legacy.run_id).encode())
+    out.flush()
+    runs.append(legacy)
+
+    records = read_all(settings, user_topic, lambda got: len(got) >= len(runs))
+    by_run = {dict(r.headers())["X-Duetime-Run-Id"].decode(): r for r in records}
+    assert len(records) == len(runs) == len(by_run)
+    for run in runs:
+        record = by_run[str(run.run_id)]
+        assert isinstance(run.target, KafkaTarget)
+        assert run.target.key is not None and record.key() == run.target.key.encode()
+        assert record.value() == run.target.value.encode()
+        assert record.timestamp()[1] >= epoch_ms(run.due_at), "emitted before due_at"
+        headers = dict(record.headers())
+        assert headers["Idempotency-Key"] == f"{run.run_id}:1".encode()
+        assert headers["X-Duetime-Attempt"] == b"1"
+        assert headers["X-Duetime-Scheduled-For"] == format_instant(run.scheduled_for).encode()
+
+    def row(run: RunEvent) -> Any:
+        [found] = [r for r in store.runs_list(run.job_id) if r.run_id == run.run_id]
+        return found
+
+    wait_for(lambda: all(row(run).state == "succeeded" for run in runs), "the runs recorded")
+    for run in runs:
+        found = row(run)
+        assert found.attempt == 1 and found.worker.startswith("dispatcher:")
+        [attempt] = store.run_attempts_list(run.run_id)
+        assert (attempt.attempt, attempt.outcome) == (1, "succeeded")
+    results = read_all(
+        settings, TopicCatalog(settings.topic_prefix).results, lambda got: len(got) >= len(runs)
+    )
+    decoded = [RUN_RESULTS.decode(r.value(), r.headers()) for r in results]
+    assert {r.run_id for r in decoded} == {run.run_id for run in runs}
+    assert {(r.outcome, r.state) for r in decoded} == {("succeeded", "succeeded")}
+
+    # The refused topic: forwarded untouched to runs.ready, the row left for the worker.
+    wait_for(lambda: bool(ready.of(forged)), "the refused run on runs.ready")
+    assert ready.of(forged)[0].run == forged
+    assert row(forged).state == "scheduled"
+    assert all(not ready.of(run) for run in runs)
+    dispatcher.wait_event("run.emit_skipped", f"run_id={forged.run_id}")
+    store.close()

@@ -20,6 +20,11 @@ Due instants are on the planner's database clock. The dispatcher estimates its o
 offset from the send time the planner stamps on each record (:mod:`duetime_dispatcher.clock_offset`)
 and judges every instant by ``local clock - correction``, so a skewed host neither fires early
 nor late without saying so (``clock.skew``).
+
+Kafka-target runs take the fast path (:mod:`duetime_dispatcher.fast_path`): at the due instant
+the dispatcher emits the job's own record onto the job's topic, and a third coroutine, the
+*record* task, writes those successes to PostgreSQL in batches
+(:mod:`duetime_dispatcher.recorder`); their source records are acked only after that write.
 """
 
 from __future__ import annotations
@@ -27,24 +32,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import faust
+from confluent_kafka import Producer
 
+from duetime.bus.kafka import producer_config
 from duetime.bus.run_headers import epoch_ms
 from duetime.bus.topics import TopicCatalog
 from duetime.config import Settings
-from duetime.errors import CodecError
+from duetime.errors import CodecError, StoreError
 from duetime.logs import event as log_event
+from duetime.store import Store
 
 from .backpressure import Gate, IntakeGate
 from .clock_offset import ClockOffset
 from .config import DispatcherConfig, faust_settings
-from .holding import Holding, Outcome, Source
+from .fast_path import plan_emission
+from .holding import Holding, Outcome, Release, Source
 from .publisher import ReadyPublisher
+from .recorder import DispatcherStore, EmittedRecorder
 from .routing import Routed, route_record
 
 __all__ = ["Dispatcher"]
@@ -80,6 +93,8 @@ class Dispatcher:
         config: batching, sleeping and de-duplication knobs.
         clock: this host's wall clock; due instants are judged by it minus the estimated
             offset from the database clock.
+        store: where the Kafka fast path records its successes; by default a ``Store`` on
+            ``settings.database_url`` (required).
     """
 
     def __init__(
@@ -88,6 +103,7 @@ class Dispatcher:
         config: DispatcherConfig | None = None,
         *,
         clock: Clock = _utc_now,
+        store: DispatcherStore | None = None,
     ) -> None:
         self.settings = settings
         self.config = config or DispatcherConfig()
@@ -112,6 +128,18 @@ class Dispatcher:
         self.publisher: ReadyPublisher[Any] = ReadyPublisher.from_settings(
             settings, self.catalog.ready, self.config.publish_timeout.total_seconds()
         )
+        self._store: Store | None = None
+        if store is None:
+            store = self._store = Store(
+                settings.require_database(), pool_size=2, application_name="duetime-dispatcher"
+            )
+        self.recorder: EmittedRecorder[Any] = EmittedRecorder(
+            store,
+            Producer(producer_config(settings, **{"linger.ms": 20})),
+            self.catalog.results,
+            f"dispatcher:{socket.gethostname()}-{os.getpid()}",
+        )
+        self.emit_skipped = 0  # Kafka targets sent to runs.ready instead (refused, undecodable)
         self.app = faust.App(self.group_id, **faust_settings(settings, self.config, self.catalog))
         self.source = self.app.topic(
             *self.catalog.due_topics,
@@ -121,6 +149,7 @@ class Dispatcher:
         )
         self.app.agent(self.source, name=f"{self.group_id}.intake", concurrency=1)(self._intake)
         self.app.task(self._release_loop)
+        self.app.task(self._record_loop)
         # mode's SignalHandlerT (VarArg/NamedArg) accepts no callable under current mypy, not even
         # its own documented handler shape; the receivers below follow that shape.
         self.app.on_partitions_revoked.connect(self._on_revoked)  # type: ignore[arg-type]
@@ -158,6 +187,8 @@ class Dispatcher:
             source = Source(message.topic, message.partition, message.offset)
             try:
                 routed: Routed | None = route_record(item.value, _headers(message.headers))
+                if routed is not None and routed.target_kind == "kafka":
+                    routed = self._plan_emission(routed, source)
             except Exception as exc:
                 # CodecError is what the codec raises; anything else is still a poison record,
                 # and crashing on it would crash again on every restart that reads it.
@@ -200,6 +231,24 @@ class Dispatcher:
         self._apply_gate(now)
         if self._wake is not None:
             self._wake.set()
+
+    def _plan_emission(self, routed: Routed, source: Source) -> Routed:
+        routed, skipped = plan_emission(routed, self.settings.topic_prefix)
+        if skipped is not None:
+            # Not lost: the record goes to runs.ready, where a worker ends the run (as dead,
+            # with this reason, if the topic is refused).
+            self.emit_skipped += 1
+            log_event(
+                log,
+                "run.emit_skipped",
+                run_id=routed.run_id,
+                attempt=routed.attempt,
+                reason=skipped,
+                topic=source.topic,
+                partition=source.partition,
+                offset=source.offset,
+            )
+        return routed
 
     def db_now(self) -> datetime:
         """Now on the database clock, as well as this process can tell (never ahead of it)."""
@@ -318,7 +367,28 @@ class Dispatcher:
         lines: list[tuple[Routed, float]] = []
         for release, error in outcomes:
             routed = release.routed
-            if error is None:
+            emission = routed.emission
+            if emission is not None:
+                if error is None:
+                    # On the job's topic: acked once the run row says so (the record task).
+                    lateness = holding.delivered(release, acknowledged_at, settle=False)
+                    self.recorder.add(release, emission, acknowledged_at)
+                    lines.append((routed, _ms(lateness)))
+                else:
+                    # The job's topic refused it: a worker takes it from runs.ready, with
+                    # retries and backoff as for any run.
+                    holding.reroute(release, replace(routed, emission=None))
+                    log_event(
+                        log,
+                        "run.emit_failed",
+                        logging.WARNING,
+                        run_id=routed.run_id,
+                        attempt=routed.attempt,
+                        topic=emission.topic,
+                        reason=error,
+                        then="runs.ready",
+                    )
+            elif error is None:
                 lines.append((routed, _ms(holding.delivered(release, acknowledged_at))))
             else:
                 holding.failed(release, acknowledged_at)
@@ -336,6 +406,49 @@ class Dispatcher:
             self._log_released(lines)
         return len(lines)
 
+    async def _record_loop(self) -> None:
+        """Write the fast path's successes every ``record_interval``, then ack their records;
+        read the database clock every ``clock_probe_interval``."""
+        interval = self.config.record_interval.total_seconds()
+        retry = self.config.retry_interval.total_seconds()
+        next_probe = self._clock()
+        while not self.app.should_stop:
+            await asyncio.sleep(interval)
+            if self._clock() >= next_probe:
+                await self.probe_clock()
+                next_probe = self._clock() + self.config.clock_probe_interval
+            if not await self.record_emitted():
+                await asyncio.sleep(retry)
+
+    async def probe_clock(self) -> None:
+        """One clock sample straight from the database: ``clock_timestamp()``, then this host's
+        clock once the answer is back. Like a record's send time, it bounds the offset from
+        above, but with a round trip of a few ms instead of a record's transit through the
+        broker and the intake's queues (seconds, when a burst is being read), so it keeps the
+        estimate tight whatever the traffic."""
+
+        def sample(store: DispatcherStore) -> tuple[int, int]:
+            db_now = store.db_clock()
+            return epoch_ms(self._clock()), epoch_ms(db_now)
+
+        try:
+            received_ms, sent_ms = await self.recorder.on_db(sample)
+        except StoreError as exc:
+            log_event(log, "clock.probe_failed", logging.WARNING, reason=str(exc))
+            return
+        self.clock_offset.observe(received_ms, sent_ms)
+        self._check_skew()
+
+    async def record_emitted(self) -> bool:
+        """Flush the recorder and ack what it wrote. False if the database write failed."""
+        if not self.recorder.pending:
+            return True
+        written: list[Release[Any]] = await self.recorder.flush()
+        for release in written:
+            self.holding.settle(release)
+        self._ack(self.holding.ackable())
+        return bool(written) or not self.recorder.pending
+
     def _log_released(self, lines: list[tuple[Routed, float]]) -> None:
         """One INFO line per release round; the per-run lines only at DEBUG."""
         lateness = [lateness_ms for _, lateness_ms in lines]
@@ -343,6 +456,7 @@ class Dispatcher:
             log,
             "runs.released",
             count=len(lines),
+            emitted=sum(1 for routed, _ in lines if routed.emission is not None),
             lateness_max_ms=max(lateness),
             lateness_mean_ms=round(sum(lateness) / len(lateness), 3),
         )
@@ -385,6 +499,10 @@ class Dispatcher:
     async def _on_shutdown(self, sender: Any, *args: Any, **kwargs: Any) -> None:
         self._closing = True
         await self.publisher.close()
+        await self.record_emitted()
+        self.recorder.close(self.config.publish_timeout)
+        if self._store is not None:
+            self._store.close()
         self._log_thread.shutdown(wait=True)
         self.log_stats("dispatcher.stopped")
 
@@ -406,6 +524,10 @@ class Dispatcher:
             release_failures=counters.release_failures,
             dropped_on_revoke=counters.dropped_on_revoke,
             shed=counters.shed,
+            emitted_recorded=self.recorder.recorded,
+            emitted_already_handled=self.recorder.already_handled,
+            emit_rerouted=counters.rerouted,
+            emit_skipped=self.emit_skipped,
             intake_paused=self._paused,
             lateness_max_ms=round(counters.lateness_max_ms, 3),
             lateness_mean_ms=round(counters.lateness_mean_ms, 3),

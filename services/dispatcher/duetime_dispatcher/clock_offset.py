@@ -12,6 +12,13 @@ one of them had a near-zero transit. The estimate is therefore never below the t
 correcting by it (judging due instants by ``local - estimate``) can make a release late by the
 smallest transit seen, never early.
 
+Records that sat in queues give loose bounds: in a burst, every record of the window may have
+spent a second in the broker's fetch and the intake's buffers. So the dispatcher also reads the
+database clock directly every few seconds and feeds it in as one more sample (sent = the
+database's ``clock_timestamp()``, received = this host's clock when the answer is back): the
+same kind of upper bound, with a round trip of a few milliseconds as its "transit". The records
+still matter when the database cannot be reached, and they show a planner whose clock disagrees.
+
 The minimum is taken over a sliding window (default 5 minutes, kept as per-bucket minima, so
 each sample is O(1)), so that an old estimate ages out when the host clock is stepped. Records
 read from a backlog (after a restart, or from a planner batch that took long between its

@@ -41,7 +41,7 @@ class DispatcherConfig:
             "no commit in a while" livelock warning is pushed beyond this horizon.
         max_held: the cap on runs held in memory (environment ``DUETIME_DISPATCHER_MAX_HELD``,
             option ``--max-held``). At the cap the intake pauses its partitions
-            (:mod:`duetime_dispatcher.backpressure`); ~1 KB per held run.
+            (:mod:`duetime_dispatcher.backpressure`); ~4 KB per held run.
         resume_below: the low-water mark at which a paused intake resumes; default 80 % of
             ``max_held``.
         max_pause: how long the intake may stay paused before the runs due last are shed
@@ -51,6 +51,10 @@ class DispatcherConfig:
         clock_threshold: offset estimates within +/- this are not corrected (on one host the
             estimate is only the smallest transit time).
         clock_warn: offset estimates beyond +/- this are logged as ``clock.skew`` (WARNING).
+        clock_probe_interval: how often the database clock is read directly (a tight sample for
+            the offset estimate, see :mod:`duetime_dispatcher.clock_offset`).
+        record_interval: how often the Kafka fast path's successes are written to PostgreSQL
+            (one statement per batch; their source records are acked after the write).
     """
 
     max_batch: int = 1000
@@ -63,12 +67,14 @@ class DispatcherConfig:
     publish_timeout: timedelta = timedelta(seconds=35)
     stats_interval: timedelta = timedelta(seconds=10)
     max_hold: timedelta = timedelta(hours=2)
-    max_held: int = 500_000
+    max_held: int = 250_000
     resume_below: int | None = None
     max_pause: timedelta = timedelta(seconds=60)
     clock_window: timedelta = timedelta(minutes=5)
     clock_threshold: timedelta = timedelta(milliseconds=50)
     clock_warn: timedelta = timedelta(seconds=1)
+    record_interval: timedelta = timedelta(milliseconds=25)
+    clock_probe_interval: timedelta = timedelta(seconds=10)
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
@@ -90,6 +96,8 @@ class DispatcherConfig:
             "max_hold": self.max_hold,
             "max_pause": self.max_pause,
             "clock_window": self.clock_window,
+            "record_interval": self.record_interval,
+            "clock_probe_interval": self.clock_probe_interval,
         }
         for name, value in positive.items():
             if value <= timedelta(0):

@@ -94,6 +94,7 @@ class Counters:
     release_failures: int = 0
     dropped_on_revoke: int = 0
     shed: int = 0
+    rerouted: int = 0
     lateness_max_ms: float = 0.0
     lateness_total_ms: float = 0.0
 
@@ -230,6 +231,16 @@ class Holding(Generic[T]):
         if not release.claim.dropped:
             held = _Held(release.routed, release.source, release.claim)
             self._wheel.add(key, max(release.routed.due_at, now + self._retry_interval), held)
+
+    def reroute(self, release: Release[T], routed: Routed) -> None:
+        """The release could not go where it was going (a Kafka target's topic refused it): hold
+        it again as ``routed`` (same key), released again at once (it is already due)."""
+        key = release.key
+        if self._in_flight.get(key) is release:
+            del self._in_flight[key]
+        self.counters.rerouted += 1
+        if not release.claim.dropped:
+            self._wheel.add(key, routed.due_at, _Held(routed, release.source, release.claim))
 
     def settle(self, release: Release[T]) -> None:
         """The work after a delivered release is done too: its record may be acked."""

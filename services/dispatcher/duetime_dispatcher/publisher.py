@@ -1,4 +1,5 @@
-"""Publish released runs to ``runs.ready`` and report which ones the broker acknowledged.
+"""Publish released runs to ``runs.ready`` (or, on the Kafka fast path, the job's own record to
+the job's topic) and report which ones the broker acknowledged.
 
 The record goes on as it was read: the same value bytes and the same headers (schema fingerprint
 and routing), keyed by ``run_id`` so that one busy target spreads over every partition of
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -63,17 +64,18 @@ class ReadyPublisher(Generic[T]):
         topic = self._topic
         for release in releases:
             routed = release.routed
-            key = str(routed.run_id).encode("ascii")
+            emission = routed.emission
+            key: bytes | None
+            if emission is None:
+                to, value, key = topic, routed.value, str(routed.run_id).encode("ascii")
+                headers: Any = routed.headers
+            else:  # the Kafka fast path: the job's own record on the job's own topic
+                to, value, key = emission.topic, emission.value, emission.key
+                headers = emission.headers
             report = self._reporter(release)
             while True:
                 try:
-                    produce(
-                        topic,
-                        routed.value,
-                        key,
-                        headers=cast(Any, routed.headers),
-                        on_delivery=report,
-                    )
+                    produce(to, value, key, headers=headers, on_delivery=report)
                     break
                 except BufferError:
                     # librdkafka's queue is full: serve delivery reports to make room.

@@ -16,11 +16,15 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from duetime.bus.records import RUN_EVENTS
 from duetime.bus.run_headers import from_epoch_ms, read_routing
 from duetime.errors import CodecError
 from duetime.model import KafkaTarget, RunEvent
+
+if TYPE_CHECKING:
+    from .fast_path import Emission
 
 __all__ = ["Headers", "Routed", "RunKey", "route_record"]
 
@@ -43,6 +47,8 @@ class Routed:
         sent_at_ms: the planner's database clock when it published the record (epoch ms), for
             the clock offset estimate; None when the record carries no such header.
         run: the decoded value, when the record had to be decoded (no routing headers).
+        emission: for a Kafka target on the fast path, the job's record to emit at the due
+            instant instead of forwarding this one (:mod:`duetime_dispatcher.fast_path`).
     """
 
     run_id: uuid.UUID
@@ -53,6 +59,7 @@ class Routed:
     headers: Headers
     sent_at_ms: int | None = None
     run: RunEvent | None = None
+    emission: Emission | None = None
 
     @property
     def key(self) -> RunKey:

@@ -1,0 +1,74 @@
+"""The record a Kafka-target job receives: its idempotency headers and which topics it may use.
+
+Whoever emits a Kafka target's record (a worker, or the dispatcher's fast path) must give it the
+same headers, because execution is at-least-once and the job's consumers deduplicate on them:
+``Idempotency-Key: <run_id>:<attempt>``, ``X-Duetime-Run-Id``, ``X-Duetime-Attempt`` and
+``X-Duetime-Scheduled-For`` (ISO-8601 UTC with ``Z``), as UTF-8 record headers.
+
+Topics under duetime's own prefix, and Kafka's internal ``__`` topics, are refused: a job that
+could write onto ``duetime.runs.ready`` could forge run events for other tenants.
+
+Pure: no driver.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import UTC, datetime
+
+__all__ = [
+    "ATTEMPT",
+    "IDEMPOTENCY_KEY",
+    "RUN_ID",
+    "SCHEDULED_FOR",
+    "duetime_headers",
+    "format_instant",
+    "kafka_headers",
+    "topic_refusal",
+]
+
+IDEMPOTENCY_KEY = "Idempotency-Key"
+RUN_ID = "X-Duetime-Run-Id"
+ATTEMPT = "X-Duetime-Attempt"
+SCHEDULED_FOR = "X-Duetime-Scheduled-For"
+
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def format_instant(instant: datetime) -> str:
+    """ISO-8601 in UTC with a ``Z`` (``2026-03-29T01:30:00Z``), microseconds only if present."""
+    if instant.tzinfo is None:
+        raise ValueError("instant must be timezone-aware")
+    text = instant.astimezone(UTC).isoformat()
+    return text.removesuffix("+00:00") + "Z"
+
+
+def duetime_headers(
+    run_id: uuid.UUID, attempt: int, scheduled_for: datetime
+) -> list[tuple[str, str]]:
+    """The idempotency headers, identical for HTTP and Kafka targets."""
+    return [
+        (IDEMPOTENCY_KEY, f"{run_id}:{attempt}"),
+        (RUN_ID, str(run_id)),
+        (ATTEMPT, str(attempt)),
+        (SCHEDULED_FOR, format_instant(scheduled_for)),
+    ]
+
+
+def kafka_headers(
+    run_id: uuid.UUID, attempt: int, scheduled_for: datetime
+) -> list[tuple[str, bytes]]:
+    """The idempotency headers as Kafka record headers (UTF-8 values)."""
+    return [(k, v.encode("utf-8")) for k, v in duetime_headers(run_id, attempt, scheduled_for)]
+
+
+def topic_refusal(topic: str, reserved_prefix: str) -> str | None:
+    """Why ``topic`` may not be a job's target, or None if it may."""
+    if not _TOPIC.match(topic) or topic in (".", ".."):
+        return f"invalid topic name {topic!r}"
+    if topic.startswith("__"):
+        return f"topic {topic!r} is internal to Kafka"
+    if reserved_prefix and topic.startswith(reserved_prefix):
+        return f"topic {topic!r} is internal to duetime (prefix {reserved_prefix!r})"
+    return None

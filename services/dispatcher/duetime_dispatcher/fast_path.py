@@ -1,0 +1,71 @@
+"""The Kafka fast path, planned at intake: what the dispatcher itself will emit at the due instant.
+
+A Kafka-target job ("emit this event at T") needs no worker: the dispatcher can produce the job's
+record onto the job's own topic at T, and record the success in PostgreSQL afterwards, in
+batches. So that T costs only the produce, everything else happens when the record is read,
+before T: the Avro value is decoded, the topic is checked, and the record to emit, with the
+idempotency headers a worker would give it (:mod:`duetime.bus.target_records`), is built.
+
+A record that cannot take the fast path is simply forwarded to ``runs.ready`` like any run, and a
+worker executes it as before: a refused topic (the worker ends the run as ``dead`` with the
+reason), a value that does not decode or that disagrees with its routing headers.
+
+Pure: no clock, no driver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from duetime.bus.records import RUN_EVENTS
+from duetime.bus.target_records import kafka_headers, topic_refusal
+from duetime.errors import CodecError
+from duetime.model import KafkaTarget, RunEvent
+
+from .routing import Routed
+
+__all__ = ["Emission", "plan_emission"]
+
+
+@dataclass(frozen=True, slots=True)
+class Emission:
+    """The job's record, ready to produce: nothing is left to compute at the due instant."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    headers: list[tuple[str, bytes]]
+    #: The run it executes, for the database write and the result record after the ack.
+    run: RunEvent
+
+
+def plan_emission(routed: Routed, reserved_prefix: str) -> tuple[Routed, str | None]:
+    """``routed`` with its :class:`Emission` when it can take the fast path.
+
+    Returns the (possibly unchanged) record and, when a Kafka-kind record cannot take the fast
+    path, why not (it then goes to ``runs.ready``).
+    """
+    if routed.target_kind != "kafka":
+        return routed, None
+    run = routed.run
+    if run is None:
+        try:
+            run = RUN_EVENTS.decode(routed.value, routed.headers)
+        except CodecError as exc:
+            return routed, str(exc)
+    target = run.target
+    if not isinstance(target, KafkaTarget):
+        return routed, "the routing headers say kafka, the value does not"
+    if (run.run_id, run.attempt) != routed.key:
+        return routed, "the routing headers and the value name different runs"
+    refusal = topic_refusal(target.topic, reserved_prefix)
+    if refusal is not None:
+        return routed, refusal
+    emission = Emission(
+        topic=target.topic,
+        key=target.key.encode("utf-8") if target.key is not None else None,
+        value=target.value.encode("utf-8"),
+        headers=kafka_headers(run.run_id, run.attempt, run.scheduled_for),
+        run=run,
+    )
+    return replace(routed, emission=emission), None

@@ -1,0 +1,176 @@
+"""Record the Kafka fast path's successes in PostgreSQL, many runs per statement, after the fact.
+
+When the job's topic acknowledged an emitted record, the run has succeeded; what is left is
+bookkeeping: the run row goes to ``succeeded`` with its ``run_attempts`` row (``runs_emitted`` in
+``duetime/store/sql/dispatcher.sql``, one statement per batch), and a ``RunResult`` goes onto
+``runs.results`` for downstream readers, as a worker would publish it. Completions are buffered
+and written every ``interval`` on one database thread (the store is synchronous), so no
+transaction sits between the due instant and the target.
+
+Only once its row is written may the source record be acked: a crash between the emit and the
+write re-delivers the due record and the run is emitted again, with the same idempotency key
+(``run_id:attempt``). At-least-once, never exactly-once. A write that fails is retried after
+``retry_interval``; until then the records stay unacked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Generic, Protocol, TypeVar
+
+from confluent_kafka import Producer
+
+from duetime.bus.records import RUN_RESULTS
+from duetime.errors import StoreError
+from duetime.events import RunResult
+from duetime.logs import event as log_event
+
+from .fast_path import Emission
+from .holding import Release
+
+__all__ = ["DispatcherStore", "EmittedRecorder"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+log = logging.getLogger("duetime.dispatcher")
+
+#: (run_id, scheduled_for, attempt, started_at, finished_at)
+EmittedRow = tuple[uuid.UUID, datetime, int, datetime, datetime]
+
+
+class DispatcherStore(Protocol):
+    """The database calls the dispatcher makes (``duetime.store.Store`` has them)."""
+
+    def runs_emitted(
+        self, worker: str, emitted: Sequence[EmittedRow]
+    ) -> set[tuple[uuid.UUID, int]]: ...
+
+    def db_clock(self) -> datetime: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Done(Generic[T]):
+    release: Release[T]
+    emission: Emission
+    finished_at: datetime
+
+    def row(self) -> EmittedRow:
+        run = self.emission.run
+        return (run.run_id, run.scheduled_for, run.attempt, self.release.taken_at, self.finished_at)
+
+
+class EmittedRecorder(Generic[T]):
+    """Buffers emitted runs; :meth:`flush` writes them and returns the releases to settle.
+
+    Args:
+        store: where ``runs_emitted`` runs.
+        results: a producer for ``runs.results`` (fire and forget: the database is authoritative).
+        results_topic: the ``runs.results`` topic.
+        worker_id: what the run rows name as their worker (``dispatcher:<host>-<pid>``).
+        chunk: the most rows per statement.
+    """
+
+    def __init__(
+        self,
+        store: DispatcherStore,
+        results: Producer,
+        results_topic: str,
+        worker_id: str,
+        *,
+        chunk: int = 5000,
+    ) -> None:
+        self._store = store
+        self._results = results
+        self._results_topic = results_topic
+        self.worker_id = worker_id
+        self._chunk = chunk
+        self._pending: list[_Done[T]] = []
+        self._db = ThreadPoolExecutor(1, thread_name_prefix="dispatcher-db")
+        self.recorded = 0
+        self.already_handled = 0
+        self.write_failures = 0
+
+    def add(self, release: Release[T], emission: Emission, finished_at: datetime) -> None:
+        """The job's topic acknowledged ``release``'s record at ``finished_at``."""
+        self._pending.append(_Done(release, emission, finished_at))
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    async def flush(self) -> list[Release[T]]:
+        """Write what is buffered; returns the releases whose source records may now be acked
+        (none if the write failed: they stay buffered and are tried again next time)."""
+        if not self._pending:
+            return []
+        batch, self._pending = self._pending, []
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._db, self._write, batch)
+        except StoreError as exc:
+            self.write_failures += 1
+            self._pending[:0] = batch
+            log_event(
+                log,
+                "runs.emitted_write_failed",
+                logging.WARNING,
+                count=len(batch),
+                reason=str(exc),
+            )
+            return []
+        return [done.release for done in batch]
+
+    async def on_db(self, call: Callable[[DispatcherStore], R]) -> R:
+        """Run ``call(store)`` on the database thread (one at a time with the writes)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._db, call, self._store)
+
+    def close(self, timeout: timedelta) -> None:
+        self._db.shutdown(wait=True)
+        self._results.flush(timeout.total_seconds())
+
+    def _write(self, batch: Sequence[_Done[T]]) -> None:
+        """On the database thread: one statement per chunk, then the result records."""
+        for start in range(0, len(batch), self._chunk):
+            chunk = batch[start : start + self._chunk]
+            recorded = self._store.runs_emitted(self.worker_id, [done.row() for done in chunk])
+            self.recorded += len(recorded)
+            self.already_handled += len(chunk) - len(recorded)
+            for done in chunk:
+                run = done.emission.run
+                if (run.run_id, run.attempt) in recorded:
+                    self._publish_result(done)
+        self._results.poll(0)
+
+    def _publish_result(self, done: _Done[T]) -> None:
+        run = done.emission.run
+        result = RunResult(
+            run_id=run.run_id,
+            job_id=run.job_id,
+            tenant=run.tenant,
+            target_service=run.target_service,
+            scheduled_for=run.scheduled_for,
+            attempt=run.attempt,
+            worker=self.worker_id,
+            outcome="succeeded",
+            state="succeeded",
+            started_at=done.release.taken_at,
+            finished_at=done.finished_at,
+        )
+        key = str(run.run_id).encode("ascii")
+        value = RUN_RESULTS.encode(result)
+        while True:
+            try:
+                self._results.produce(
+                    self._results_topic, value, key, headers=RUN_RESULTS.headers()
+                )
+                return
+            except BufferError:
+                self._results.poll(0.05)

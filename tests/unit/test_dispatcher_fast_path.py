@@ -1,0 +1,170 @@
+"""The Kafka fast path's pure planning and its batched recording, with fakes for the I/O."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from duetime.bus.records import RUN_EVENTS, RUN_RESULTS
+from duetime.bus.run_headers import routing_headers
+from duetime.errors import StoreError
+from duetime.model import HttpTarget, KafkaTarget, RunEvent, Target
+from duetime_dispatcher.fast_path import Emission, plan_emission
+from duetime_dispatcher.holding import Release, Source
+from duetime_dispatcher.ledger import Claim
+from duetime_dispatcher.recorder import EmittedRecorder
+from duetime_dispatcher.routing import Routed, route_record
+
+T0 = datetime(2026, 12, 2, 0, 0, tzinfo=UTC)
+S = timedelta(seconds=1)
+
+
+def run_event(target: Target, run_id: uuid.UUID | None = None) -> RunEvent:
+    return RunEvent(
+        run_id=run_id or uuid.uuid4(),
+        job_id="job-1",
+        tenant="acme",
+        scheduled_for=T0,
+        due_at=T0,
+        attempt=1,
+        max_attempts=3,
+        target_service="kafka:orders",
+        target=target,
+        lease=60 * S,
+        heartbeat_interval=20 * S,
+    )
+
+
+def routed(run: RunEvent, kind: str = "kafka", value: bytes | None = None) -> Routed:
+    headers = [*routing_headers(run.run_id, run.attempt, run.due_at, kind, T0)]
+    return route_record(value or RUN_EVENTS.encode(run), [*headers, *RUN_EVENTS.headers()])  # type: ignore[list-item]
+
+
+def test_a_kafka_target_is_planned_before_its_due_instant() -> None:
+    run = run_event(KafkaTarget(topic="orders", key="o-7", value='{"bill": true}'))
+    planned, skipped = plan_emission(routed(run), "duetime.")
+    assert skipped is None and planned.emission is not None
+    emission = planned.emission
+    assert (emission.topic, emission.key, emission.value) == ("orders", b"o-7", b'{"bill": true}')
+    assert dict(emission.headers) == {
+        "Idempotency-Key": f"{run.run_id}:1".encode(),
+        "X-Duetime-Run-Id": str(run.run_id).encode(),
+        "X-Duetime-Attempt": b"1",
+        "X-Duetime-Scheduled-For": b"2026-12-02T00:00:00Z",
+    }
+    assert emission.run == run
+
+
+def test_http_targets_are_left_alone() -> None:
+    run = run_event(HttpTarget(url="https://example.com/"))
+    record = routed(run, kind="http")
+    assert plan_emission(record, "duetime.") == (record, None)
+
+
+def test_what_cannot_take_the_fast_path_goes_to_runs_ready_with_a_reason() -> None:
+    refused = routed(run_event(KafkaTarget(topic="duetime.runs.ready", key=None, value="x")))
+    internal = routed(run_event(KafkaTarget(topic="__consumer_offsets", key=None, value="x")))
+    lying = routed(run_event(HttpTarget(url="https://example.com/")), kind="kafka")
+    garbage = routed(run_event(KafkaTarget(topic="t", key=None, value="")), value=b"\x02\x99")
+    other = run_event(KafkaTarget(topic="orders", key=None, value="x"))
+    mismatched = route_record(
+        RUN_EVENTS.encode(other),
+        [*routing_headers(uuid.uuid4(), 1, T0, "kafka", T0), *RUN_EVENTS.headers()],  # type: ignore[list-item]
+    )
+    for record, why in [
+        (refused, "internal to duetime"),
+        (internal, "internal to Kafka"),
+        (lying, "the value does not"),
+        (garbage, "not valid Avro"),
+        (mismatched, "different runs"),
+    ]:
+        planned, skipped = plan_emission(record, "duetime.")
+        assert planned.emission is None
+        assert skipped is not None and why in skipped
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.calls: list[list[tuple[Any, ...]]] = []
+        self.handled: set[tuple[uuid.UUID, int]] = set()
+        self.fail = False
+
+    def runs_emitted(
+        self, worker: str, emitted: Sequence[tuple[Any, ...]]
+    ) -> set[tuple[uuid.UUID, int]]:
+        if self.fail:
+            raise StoreError("database error: connection refused")
+        self.calls.append(list(emitted))
+        fresh = {(row[0], row[2]) for row in emitted} - self.handled
+        self.handled |= fresh
+        return fresh
+
+    def db_clock(self) -> datetime:
+        return T0
+
+
+class FakeProducer:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes, bytes]] = []
+
+    def produce(self, topic: str, value: bytes, key: bytes, headers: Any = None) -> None:
+        self.sent.append((topic, value, key))
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+
+def new_recorder(
+    store: FakeStore, producer: FakeProducer, chunk: int = 5000
+) -> EmittedRecorder[str]:
+    return EmittedRecorder(
+        store,
+        producer,  # type: ignore[arg-type]
+        "duetime.runs.results",
+        "dispatcher:host-1",
+        chunk=chunk,
+    )
+
+
+def release_of(run: RunEvent, offset: int) -> tuple[Release[str], Emission]:
+    planned, _ = plan_emission(routed(run), "duetime.")
+    assert planned.emission is not None
+    claim: Claim[str] = Claim(("runs.due.10s", 0), offset, f"token-{offset}")
+    return Release(planned, Source("runs.due.10s", 0, offset), T0, claim), planned.emission
+
+
+def test_the_recorder_writes_in_chunks_publishes_results_and_releases_for_acking() -> None:
+    store, producer = FakeStore(), FakeProducer()
+    recorder = new_recorder(store, producer, chunk=2)
+    runs = [run_event(KafkaTarget(topic="orders", key=None, value="x")) for _ in range(3)]
+    releases = [release_of(run, n) for n, run in enumerate(runs)]
+    store.handled.add((runs[1].run_id, 1))  # a worker got there first: left alone, no result
+    for release, emission in releases:
+        recorder.add(release, emission, T0 + S)
+    written = asyncio.run(recorder.flush())
+    assert written == [release for release, _ in releases]  # all may be acked now
+    assert [len(call) for call in store.calls] == [2, 1]
+    assert store.calls[0][0] == (runs[0].run_id, T0, 1, T0, T0 + S)
+    assert (recorder.recorded, recorder.already_handled) == (2, 1)
+    results = [RUN_RESULTS.decode(value) for _, value, _ in producer.sent]
+    assert [r.run_id for r in results] == [runs[0].run_id, runs[2].run_id]
+    assert {(r.state, r.worker) for r in results} == {("succeeded", "dispatcher:host-1")}
+
+
+def test_a_failed_write_keeps_the_runs_unacked_for_the_next_flush() -> None:
+    store, producer = FakeStore(), FakeProducer()
+    recorder = new_recorder(store, producer)
+    release, emission = release_of(run_event(KafkaTarget(topic="o", key=None, value="x")), 0)
+    recorder.add(release, emission, T0 + S)
+    store.fail = True
+    assert asyncio.run(recorder.flush()) == []
+    assert recorder.pending == 1 and recorder.write_failures == 1
+    store.fail = False
+    assert asyncio.run(recorder.flush()) == [release]
+    assert recorder.pending == 0
