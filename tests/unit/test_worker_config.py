@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 import pytest
 
 from duetime.errors import ConfigError
 from duetime_workers.config import WorkerConfig
+from duetime_workers.processes import child_argv, process_count
 from duetime_workers.service import build_config, parser
 
 
 def test_defaults() -> None:
     config = WorkerConfig.from_env({})
-    assert config.concurrency == 16
+    assert config.concurrency == 256
     assert config.allow_private_targets is False
     assert config.group_id == "workers"  # the worker puts the topic prefix in front
     assert config.user_agent.startswith("duetime-worker/")
@@ -71,3 +73,15 @@ def test_public_api() -> None:
     import duetime_workers
 
     assert sorted(duetime_workers.__all__) == ["WorkerConfig", "WorkerService", "main"]
+
+
+def test_process_count_defaults_to_the_cores_and_is_validated() -> None:
+    assert process_count(None, {}) == (os.cpu_count() or 1)
+    assert process_count(None, {"DUETIME_WORKER_PROCESSES": "3"}) == 3
+    assert process_count(2, {"DUETIME_WORKER_PROCESSES": "3"}) == 2  # the option wins
+    assert process_count(4, {"DUETIME_WORKER_CHILD": "1"}) == 1  # a worker process never forks
+    for bad in ({"DUETIME_WORKER_PROCESSES": "two"}, {"DUETIME_WORKER_PROCESSES": "0"}):
+        with pytest.raises(ConfigError):
+            process_count(None, bad)
+    argv = ["--processes", "2", "--concurrency", "8", "--worker-id=w", "--log-level", "DEBUG"]
+    assert child_argv(argv) == ["--concurrency", "8", "--log-level", "DEBUG"]

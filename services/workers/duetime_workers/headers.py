@@ -13,7 +13,18 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import datetime
+
+# The contract headers live in the core, shared with the dispatcher's Kafka fast path.
+from duetime.bus.target_records import (
+    ATTEMPT,
+    IDEMPOTENCY_KEY,
+    RUN_ID,
+    SCHEDULED_FOR,
+    duetime_headers,
+    format_instant,
+    kafka_headers,
+)
 
 __all__ = [
     "RESERVED_HEADERS",
@@ -24,10 +35,6 @@ __all__ = [
     "kafka_headers",
 ]
 
-IDEMPOTENCY_KEY = "Idempotency-Key"
-RUN_ID = "X-Duetime-Run-Id"
-ATTEMPT = "X-Duetime-Attempt"
-SCHEDULED_FOR = "X-Duetime-Scheduled-For"
 USER_AGENT = "User-Agent"
 
 RESERVED_HEADERS = frozenset(
@@ -62,26 +69,6 @@ class InvalidHeader(ValueError):
     """A job-supplied header that cannot be sent; the attempt fails without retry."""
 
 
-def format_instant(instant: datetime) -> str:
-    """ISO-8601 in UTC with a ``Z`` (``2026-03-29T01:30:00Z``), microseconds only if present."""
-    if instant.tzinfo is None:
-        raise ValueError("instant must be timezone-aware")
-    text = instant.astimezone(UTC).isoformat()
-    return text.removesuffix("+00:00") + "Z"
-
-
-def duetime_headers(
-    run_id: uuid.UUID, attempt: int, scheduled_for: datetime
-) -> list[tuple[str, str]]:
-    """The idempotency headers, identical for HTTP and Kafka targets."""
-    return [
-        (IDEMPOTENCY_KEY, f"{run_id}:{attempt}"),
-        (RUN_ID, str(run_id)),
-        (ATTEMPT, str(attempt)),
-        (SCHEDULED_FOR, format_instant(scheduled_for)),
-    ]
-
-
 def _is_reserved(name: str) -> bool:
     lowered = name.lower()
     return lowered in RESERVED_HEADERS or lowered.startswith(_RESERVED_PREFIX)
@@ -111,10 +98,3 @@ def http_headers(
     headers.extend(duetime_headers(run_id, attempt, scheduled_for))
     headers.append((USER_AGENT, user_agent))
     return headers
-
-
-def kafka_headers(
-    run_id: uuid.UUID, attempt: int, scheduled_for: datetime
-) -> list[tuple[str, bytes]]:
-    """The idempotency headers as Kafka record headers (UTF-8 values)."""
-    return [(k, v.encode("utf-8")) for k, v in duetime_headers(run_id, attempt, scheduled_for)]

@@ -10,30 +10,16 @@ could write onto ``duetime.runs.ready`` could forge run events for other tenants
 
 from __future__ import annotations
 
-import re
 import uuid
 from datetime import datetime
 
+from duetime.bus.target_records import kafka_headers, topic_refusal
 from duetime.model import KafkaTarget
 
-from .headers import kafka_headers
 from .outcome import AttemptOutcome, OutcomeKind, final, retryable
 from .producer import AsyncProducer, DeliveryFailed
 
 __all__ = ["KafkaExecutor", "topic_refusal"]
-
-_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-
-
-def topic_refusal(topic: str, reserved_prefix: str) -> str | None:
-    """Why ``topic`` may not be a job's target, or None if it may."""
-    if not _TOPIC.match(topic) or topic in (".", ".."):
-        return f"invalid topic name {topic!r}"
-    if topic.startswith("__"):
-        return f"topic {topic!r} is internal to Kafka"
-    if reserved_prefix and topic.startswith(reserved_prefix):
-        return f"topic {topic!r} is internal to duetime (prefix {reserved_prefix!r})"
-    return None
 
 
 class KafkaExecutor:
