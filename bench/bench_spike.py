@@ -124,7 +124,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--lead", type=float, default=None, help="spike: T minus the end of the apply (s)"
     )
-    parser.add_argument("--drain-timeout", type=float, default=120.0)
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=None,
+        help="seconds after T (spike, default 90) or the window (steady, default 60)",
+    )
     parser.add_argument("--fetch-wait-ms", type=int, default=10, help="Kafka target consumer")
     parser.add_argument("--keep-dir", type=Path, default=None, help="keep logs and data here")
     parser.add_argument(

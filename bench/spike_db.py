@@ -74,21 +74,25 @@ def insert_future_jobs(store: Store, count: int, target: dict[str, Any]) -> floa
         f"""
         INSERT INTO jobs (job_id, shard_id, schedule_expr, next_run_at, {columns})
         SELECT 'future-' || lpad(g::text, 7, '0'),
-               (CAST(:shards AS smallint[]))[g],
+               s.shard,
                to_char((CAST(:base AS timestamptz) + g % 86400 * interval '1 second')
                        AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
                CAST(:base AS timestamptz) + g % 86400 * interval '1 second',
                {values}
         FROM generate_series(1, CAST(:count AS integer)) AS g
+        JOIN unnest(CAST(:shards AS smallint[])) WITH ORDINALITY AS s(shard, i) ON s.i = g
         """
     )
+    shards = [shard_for(i) for i in ids]
+    # The store's connections carry a 60 s statement timeout meant for the services.
     with store.engine.begin() as conn:
-        conn.execute(
-            statement,
-            {"shards": [shard_for(i) for i in ids], "base": base, "count": count, **constants},
-        )
+        conn.execute(text("SET LOCAL statement_timeout = 0"))
+        conn.execute(statement, {"shards": shards, "base": base, "count": count, **constants})
     with store.engine.connect() as conn:
-        conn.execution_options(isolation_level="AUTOCOMMIT").execute(text("VACUUM ANALYZE jobs"))
+        autocommit = conn.execution_options(isolation_level="AUTOCOMMIT")
+        autocommit.execute(text("SET statement_timeout = 0"))
+        autocommit.execute(text("VACUUM ANALYZE jobs"))
+        autocommit.execute(text("RESET statement_timeout"))
     return time.monotonic() - started
 
 

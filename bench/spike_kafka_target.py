@@ -10,14 +10,14 @@ to wait for; it still has its own group id) with the project's local client prof
 ``fetch.wait.max.ms``: the embedded broker answers a waiting fetch by polling, not when data lands
 (shared/KAFKA.md §2.1), so a long wait would measure the consumer rather than the scheduler.
 
-Per record it writes the receive time (``time.time()`` when ``consume`` returned the batch), the
-record's CreateTime and the idempotency headers to OUT as it goes (a steady scenario brings
-millions of records; keeping them in memory would cost gigabytes). Same stdout protocol as
-:mod:`bench.spike_http_target`: ``ready``, ``count N``, ``done N``.
+Per record it writes the receive time (``time.time()`` once the client handed it over), the
+record's CreateTime and the idempotency headers to OUT, from a writer thread. Same stdout
+protocol as :mod:`bench.spike_http_target`: ``ready``, ``count N``, ``done N``.
 """
 
 from __future__ import annotations
 
+import queue
 import sys
 import threading
 import time
@@ -35,7 +35,6 @@ __all__ = ["main"]
 _RUN_ID = "X-Duetime-Run-Id"
 _ATTEMPT = "X-Duetime-Attempt"
 _SCHEDULED_FOR = "X-Duetime-Scheduled-For"
-_FLUSH_LINES = 20_000
 
 
 def _line(received_at: float, message: Any) -> str | None:
@@ -56,6 +55,16 @@ def _line(received_at: float, message: Any) -> str | None:
         f"{run_id.decode()}\t{(attempt or b'0').decode()}\t{scheduled.decode()}"
         f"\t{received_at:.6f}\t{created}\n"
     )
+
+
+def _write(out: Path, batches: queue.SimpleQueue[tuple[float, list[Any]] | None]) -> None:
+    with out.open("w", encoding="ascii") as sink:
+        while (item := batches.get()) is not None:
+            now, batch = item
+            lines = [
+                line for m in batch if m.error() is None and (line := _line(now, m)) is not None
+            ]
+            sink.write("".join(lines))
 
 
 def main() -> None:
@@ -79,27 +88,32 @@ def main() -> None:
 
     threading.Thread(target=wait_for_stop, daemon=True).start()
     count = 0
-    lines: list[str] = []
-    with Path(out).open("w", encoding="ascii") as sink:
-        batch = consumer.consume(1, 0.5)  # connect and fetch once before saying ready
-        print_line("ready")
-        next_report = 0.0
-        while True:
-            now = time.time()
-            for message in batch:
-                if message.error() is None and (line := _line(now, message)) is not None:
-                    lines.append(line)
+    # A writer thread formats and writes the records, so that work never holds up the next
+    # poll for long (the interpreter switches threads every few ms); a steady scenario brings
+    # millions of records, too many to keep in memory.
+    batches: queue.SimpleQueue[tuple[float, list[Any]] | None] = queue.SimpleQueue()
+    writer = threading.Thread(target=_write, args=(Path(out), batches), daemon=True)
+    writer.start()
+    batch = consumer.consume(1, 0.5)  # connect and fetch once before saying ready
+    print_line("ready")
+    next_report = 0.0
+    while True:
+        now = time.time()
+        if batch:
+            batches.put((now, batch))
             count += len(batch)
-            if len(lines) >= _FLUSH_LINES:
-                sink.write("".join(lines))
-                lines.clear()
-            if now >= next_report:
-                print_line(f"count {count}")
-                next_report = now + 0.25
-            if stop.is_set():
-                break
-            batch = consumer.consume(10_000, 0.05)
-        sink.write("".join(lines))
+        if now >= next_report:
+            print_line(f"count {count}")
+            next_report = now + 0.25
+        if stop.is_set():
+            break
+        # poll() returns as soon as one record is there; consume(n, 0) then takes what is
+        # already queued. (consume(n, timeout) alone would wait out the timeout whenever
+        # fewer than n records came, and that wait would count as lateness.)
+        first = consumer.poll(0.05)
+        batch = [] if first is None else [first, *consumer.consume(10_000, 0)]
+    batches.put(None)
+    writer.join()
     consumer.close()
     print_line(f"done {count}")
 

@@ -339,8 +339,9 @@ def write_report(results: Sequence[Result], path: Path) -> None:
         " reader adds no broker load; a Kafka-target run released directly onto the job's"
         " topic has no such record, and its target record's CreateTime is used instead.",
         "- **lost** = expected runs (N, or K × window seconds) that never reached the target"
-        " before the drain timeout (120 s); **duplicates** = handler starts beyond one per"
-        " (run_id, attempt). PostgreSQL is checked afterwards for runs not `succeeded`.",
+        " before the drain timeout (90 s after T, 60 s after a steady window);"
+        " **duplicates** = handler starts beyond one per (run_id, attempt). PostgreSQL is"
+        " checked afterwards for runs not `succeeded`.",
         "- **Far-future jobs** are set-up only: one `INSERT ... SELECT ... FROM"
         " generate_series` of one-off jobs due a year ahead (columns from a validated"
         " definition, shard by the project's hash), then `VACUUM ANALYZE`.",
@@ -351,8 +352,8 @@ def write_report(results: Sequence[Result], path: Path) -> None:
         " the system they measure, more so in the steady scenarios.",
         "- Steady runs fall due in bursts of K at each whole second (interval jobs anchored"
         " at the epoch), not spread evenly within the second.",
-        "- A Kafka target's start time is when `consume()` returned the batch the record was"
-        " in; the consumer's fetch polling adds up to ~10 ms.",
+        "- A Kafka target's start time is when the client handed the record over (records"
+        " that arrived together share one time); the broker's fetch polling adds up to ~10 ms.",
         "- The far-future table is filled by SQL, not through the product's write path.",
         "",
     ]
