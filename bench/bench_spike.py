@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -120,7 +121,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--future-jobs", type=int, default=0, help="far-future jobs stored first")
     parser.add_argument("--duration", type=float, default=60.0, help="steady: measured window (s)")
-    parser.add_argument("--warmup", type=float, default=20.0, help="steady: warm-up (s)")
+    parser.add_argument("--warmup", type=float, default=30.0, help="steady: warm-up (s)")
     parser.add_argument(
         "--lead", type=float, default=None, help="spike: T minus the end of the apply (s)"
     )
@@ -148,9 +149,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stop_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so every scenario's clean-up (``finally``) still runs."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def spike_command(argv: list[str]) -> int:
     """``python -m bench spike ...``"""
     args = _parser().parse_args(argv)
+    _stop_on_sigterm()
     if args.set:
         results = run_set(
             args.scale, args.duration, args.json or RESULTS / "spike.json", args.report
@@ -180,6 +191,7 @@ def spike_command(argv: list[str]) -> int:
 
 def main() -> None:
     """``python -m bench`` / ``python -m bench bench_spike``: the whole set."""
+    _stop_on_sigterm()
     run_set()
 
 

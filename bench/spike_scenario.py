@@ -58,7 +58,9 @@ class ScenarioConfig:
     n: int  # spike: jobs due at T; steady: runs due per second (interval jobs)
     future_jobs: int = 0
     duration: float = 60.0  # steady: the measured window (s)
-    warmup: float = 20.0  # steady: from the end of the apply to the window (s)
+    # steady: from the end of the apply to the window (s); covers the planner's first
+    # lookahead (30 s of runs materialized at once) so the window sees the steady state.
+    warmup: float = 30.0
     lead: float | None = None  # spike: T - end of apply; default planner lookahead + 10 s
     # After T (spike) or the window's end (steady); None: 90 s for a spike, 60 s for steady.
     drain_timeout: float | None = None
