@@ -20,8 +20,8 @@ keeps the stored next_run_at (which is right for that schedule).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import TypeVar
 
 from duetime.errors import NotFound
@@ -30,7 +30,7 @@ from duetime.model import JobDefinition
 from duetime.planning import initial_next_run_at
 from duetime.schedule import ScheduleCache, ScheduleSpec
 
-from .rows import job_record, spec_from_row
+from .rows import iso_or_none, job_record, spec_from_row
 from .store import Tx
 
 __all__ = ["CHUNK_SIZE", "BatchPlan", "JobWrite", "jobs_apply", "jobs_set_paused", "resolve_batch"]
@@ -146,17 +146,28 @@ def jobs_apply(
     removed: set[str] = set()
     for deletes in _chunks(plan.deletes):
         removed |= tx.jobs_delete_many(deletes)
-    # next_run_at once per distinct schedule: a file of 100k midnight jobs has a few specs.
-    next_runs: dict[ScheduleSpec, datetime | None] = {}
+    # next_run_at once per distinct schedule (a file of 100k midnight jobs has a few specs),
+    # kept rendered as the ISO text the statement's JSON carries.
+    next_runs: dict[ScheduleSpec, str | None] = {}
     written: set[str] = set()
-    for upserts in _chunks(plan.upserts):
-        records = []
-        for job, version in upserts:
-            spec = job.schedule
-            if spec not in next_runs:
-                next_runs[spec] = initial_next_run_at(cache.get(spec), now)
-            records.append(job_record(job, version, next_runs[spec]))
-        written |= tx.jobs_upsert_many(records)
+    # The database applies one chunk while Python builds the next (one statement in flight, the
+    # connection used by one thread at a time): on two cores this hides most statement time.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobs-apply") as writer:
+        pending: Future[set[str]] | None = None
+        for upserts in _chunks(plan.upserts):
+            records = []
+            for job, version in upserts:
+                spec = job.schedule
+                if spec not in next_runs:
+                    next_runs[spec] = iso_or_none(initial_next_run_at(cache.get(spec), now))
+                record = job_record(job, version, None)
+                record["next_run_at"] = next_runs[spec]
+                records.append(record)
+            if pending is not None:
+                written |= pending.result()
+            pending = writer.submit(tx.jobs_upsert_many, records)
+        if pending is not None:
+            written |= pending.result()
     return _reconcile(plan, removed, written)
 
 
