@@ -2,7 +2,7 @@
 
 The benchmark starts ``duetime up --data-dir DIR`` in its own session, copies its console (the
 prefixed service logs) to a file, waits for ``up.ready`` and then for the consumers to join, reads
-the URLs from ``DIR/stack.env`` like the CLI does, and at the end stops it with SIGINT (it then
+the URLs from ``DIR/stack.env`` like the CLI does, and at the end stops it with SIGTERM (it then
 stops its services and the stack). If that does not finish in time it kills what is left: the
 process group of ``up``, the group of every service it reported, and the stack's servers.
 
@@ -126,19 +126,24 @@ class DuetimeUp:
         return len(self._seen(re.compile(pattern)))
 
     def stop(self, timeout: float = 90.0) -> bool:
-        """SIGINT to ``up`` and wait; kill everything left if that fails. True if it was clean."""
+        """SIGTERM to ``up`` and wait; kill everything left if that fails. True if it was clean.
+
+        SIGTERM rather than SIGINT: a process started from a non-interactive shell's background
+        job inherits SIGINT ignored, and ``up`` handles SIGTERM like Ctrl-C. Only ``up`` itself
+        gets it; it stops its services and the stack in order.
+        """
         process = self._process
         if process is None:
             return True
         clean = True
         if process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGINT)
+                process.send_signal(signal.SIGTERM)
             try:
                 process.wait(timeout)
             except subprocess.TimeoutExpired:
                 clean = False
-        if not clean or process.returncode not in (0, -signal.SIGINT):
+        if not clean or process.returncode != 0:
             clean = False
             self._kill_everything()
         if self._pump is not None:
