@@ -189,6 +189,15 @@ class TimingWheel(Generic[K, V]):
     def advance(self, now: datetime) -> list[V]:
         """Release every item due at or before ``now``, in order of due instant (ties: in order
         of addition), and stop holding them."""
+        return [entry.item for entry in self._advance(now)]
+
+    def advance_keyed(self, now: datetime) -> list[tuple[K, V]]:
+        """:meth:`advance`, with each item's key."""
+        return [(entry.key, entry.item) for entry in self._advance(now)]
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _advance(self, now: datetime) -> list[_Entry[K, V]]:
         now_us = _to_us(now)
         if now_us > self._now_us:
             self._now_us = now_us
@@ -201,8 +210,6 @@ class TimingWheel(Generic[K, V]):
             self._current = event
             self._arrive()
         return self._release(self._now_us)
-
-    # -- internals -------------------------------------------------------------------------
 
     def _place(self, entry: _Entry[K, V]) -> None:
         """Put ``entry`` at the lowest level whose span from the current tick contains it."""
@@ -274,6 +281,14 @@ class TimingWheel(Generic[K, V]):
             entries = list(slot.values())
             slot.clear()
             level.occupied &= ~(1 << index)
+            if number == 0:
+                # Every entry of a level-0 slot is due in this tick: into the ready heap in one
+                # heapify rather than a push each (a spike is tens of thousands in one slot).
+                for entry in entries:
+                    entry.slot, entry.level = None, -1
+                self._ready.extend([(entry.due_us, entry.seq, entry) for entry in entries])
+                heapq.heapify(self._ready)
+                continue
             for entry in entries:
                 self._place(entry)
 
@@ -281,9 +296,8 @@ class TimingWheel(Generic[K, V]):
         while self._ready and self._ready[0][2].removed:
             heapq.heappop(self._ready)
 
-    def _release(self, now_us: int) -> list[V]:
+    def _release(self, now_us: int) -> list[_Entry[K, V]]:
         ready = self._ready
-        released: list[V] = []
         # A spike lands whole in the ready heap; when all of it is due, one sort is much cheaper
         # than popping the heap item by item.
         if ready and max(due for due, _, _ in ready) <= now_us:
@@ -296,8 +310,8 @@ class TimingWheel(Generic[K, V]):
                 entry = heapq.heappop(ready)[2]
                 if not entry.removed:
                     entries.append(entry)
+        index = self._index
         for entry in entries:
-            del self._index[entry.key]
+            del index[entry.key]
             entry.removed = True
-            released.append(entry.item)
-        return released
+        return entries

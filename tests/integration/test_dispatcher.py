@@ -68,7 +68,7 @@ def wait_for(check: Callable[[], bool], what: str, timeout: float = WAIT) -> Non
 class DispatcherProcess:
     """``python -m duetime_dispatcher`` with its stderr collected line by line."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, **extra_env: str) -> None:
         env = {
             **os.environ,
             "DUETIME_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
@@ -77,6 +77,7 @@ class DispatcherProcess:
             "DUETIME_PROFILE": settings.profile,
             "DUETIME_DATA_DIR": str(settings.data_dir),
             "DUETIME_LOG_LEVEL": "DEBUG",  # for run.held, which tells us a run is in the wheel
+            **extra_env,
         }
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "duetime_dispatcher"],
@@ -129,11 +130,11 @@ class DispatcherProcess:
 
 
 @pytest.fixture
-def dispatchers(settings: Settings) -> Iterator[Callable[[], DispatcherProcess]]:
+def dispatchers(settings: Settings) -> Iterator[Callable[..., DispatcherProcess]]:
     started: list[DispatcherProcess] = []
 
-    def start() -> DispatcherProcess:
-        process = DispatcherProcess(settings)
+    def start(**extra_env: str) -> DispatcherProcess:
+        process = DispatcherProcess(settings, **extra_env)
         started.append(process)
         return process
 
@@ -291,7 +292,7 @@ def assert_on_time(arrival: Arrival) -> None:
 
 def test_releases_each_run_once_on_time_and_survives_poison(
     settings: Settings,
-    dispatchers: Callable[[], DispatcherProcess],
+    dispatchers: Callable[..., DispatcherProcess],
     ready: ReadyReader,
 ) -> None:
     dispatcher = dispatchers()
@@ -342,7 +343,7 @@ def test_releases_each_run_once_on_time_and_survives_poison(
 
 def test_a_held_run_survives_kill_9(
     settings: Settings,
-    dispatchers: Callable[[], DispatcherProcess],
+    dispatchers: Callable[..., DispatcherProcess],
     ready: ReadyReader,
 ) -> None:
     """Offsets are committed only up to released runs, so a killed dispatcher loses nothing."""
@@ -397,7 +398,7 @@ def routed_headers(
 
 def test_routes_from_headers_and_forwards_the_record_untouched(
     settings: Settings,
-    dispatchers: Callable[[], DispatcherProcess],
+    dispatchers: Callable[..., DispatcherProcess],
     ready: ReadyReader,
 ) -> None:
     """The routing headers decide when a record is released, its bytes and headers go on as
@@ -442,7 +443,7 @@ def test_routes_from_headers_and_forwards_the_record_untouched(
 
 def test_judges_due_instants_by_the_database_clock(
     settings: Settings,
-    dispatchers: Callable[[], DispatcherProcess],
+    dispatchers: Callable[..., DispatcherProcess],
     ready: ReadyReader,
 ) -> None:
     """The planner says its database clock is 3 s ahead of this host: the dispatcher measures
@@ -514,7 +515,7 @@ def read_all(settings: Settings, topic: str, until: Callable[[list[Any]], bool])
 
 def test_kafka_targets_are_emitted_by_the_dispatcher_and_recorded_in_batches(
     settings: Settings,
-    dispatchers: Callable[[], DispatcherProcess],
+    dispatchers: Callable[..., DispatcherProcess],
     ready: ReadyReader,
 ) -> None:
     """A Kafka-target run reaches its own topic at its due instant with the idempotency headers,
@@ -577,3 +578,28 @@ def test_kafka_targets_are_emitted_by_the_dispatcher_and_recorded_in_batches(
     assert all(not ready.of(run) for run in runs)
     dispatcher.wait_event("run.emit_skipped", f"run_id={forged.run_id}")
     store.close()
+
+
+def test_the_intake_pauses_at_the_cap_and_loses_nothing(
+    settings: Settings,
+    dispatchers: Callable[..., DispatcherProcess],
+    ready: ReadyReader,
+) -> None:
+    """With a cap of 100 held runs and 400 published, the intake stops at the cap, releases go
+    on, the intake resumes at the low-water mark, and every run is released once."""
+    dispatcher = dispatchers(DUETIME_DISPATCHER_MAX_HELD="100")
+    dispatcher.wait_event("dispatcher.started", "max_held=100")
+    out = Publisher(settings)
+    now = datetime.now(UTC)
+    runs = [new_run(now + timedelta(seconds=6 + n * 0.01)) for n in range(400)]
+    for run in runs:
+        out.send(
+            "10s", RUN_EVENTS.encode(run), str(run.run_id).encode(), headers=routed_headers(run)
+        )
+    out.flush()
+    dispatcher.wait_event("intake.paused")
+    dispatcher.wait_event("intake.resumed")
+    wait_for(lambda: all(ready.of(run) for run in runs), "every run released", timeout=60)
+    for run in runs:
+        [arrival] = ready.of(run)
+        assert arrival.created_ms >= epoch_ms(run.due_at), "released before due_at"

@@ -136,7 +136,8 @@ def release_of(run: RunEvent, offset: int) -> tuple[Release[str], Emission]:
     planned, _ = plan_emission(routed(run), "duetime.")
     assert planned.emission is not None
     claim: Claim[str] = Claim(("runs.due.10s", 0), offset, f"token-{offset}")
-    return Release(planned, Source("runs.due.10s", 0, offset), T0, claim), planned.emission
+    release = Release(planned, Source("runs.due.10s", 0, offset), T0, claim, planned.key)
+    return release, planned.emission
 
 
 def test_the_recorder_writes_in_chunks_publishes_results_and_releases_for_acking() -> None:

@@ -53,7 +53,7 @@ def test_falls_back_to_the_avro_value_without_routing_headers() -> None:
     run = run_event(KafkaTarget(topic="orders", key=None, value="{}"), due_at=T0 + 3 * S, attempt=2)
     value = RUN_EVENTS.encode(run)
     routed = route_record(value, RUN_EVENTS.headers())  # type: ignore[arg-type]
-    assert routed.key == (run.run_id, 2)
+    assert routed.key == (str(run.run_id).encode(), 2)
     assert (routed.due_at, routed.target_kind, routed.run) == (T0 + 3 * S, "kafka", run)
     assert routed.value == value and routed.sent_at_ms is None
 

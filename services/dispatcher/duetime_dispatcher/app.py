@@ -115,7 +115,8 @@ class Dispatcher:
             window=config.clock_window, threshold=config.clock_threshold, warn_at=config.clock_warn
         )
         self.gate = IntakeGate(config.max_held, config.low_water, config.max_pause)
-        self._paused = False  # whether the consumer's partitions are paused by the gate
+        self._paused = False  # whether the gate stopped the intake
+        self._intake_open: asyncio.Event | None = None
         self._skew_logged = False
         self.holding: Holding[Any] = Holding(
             clock(),
@@ -163,8 +164,13 @@ class Dispatcher:
 
     async def _intake(self, stream: Any) -> None:
         within = self.config.batch_within.total_seconds()
+        self._intake_open = intake_open = asyncio.Event()
+        if not self._paused:
+            intake_open.set()
         async for events in stream.noack_take(self.config.max_batch, within=within):
             self.take(events)
+            # At the cap: take nothing more until releases (or shedding) make room.
+            await intake_open.wait()
 
     def take(self, events: Sequence[Any]) -> None:
         """Route a batch of faust events and hand them to the holding."""
@@ -256,27 +262,32 @@ class Dispatcher:
 
     # -- back-pressure -------------------------------------------------------------------------
 
-    def _apply_gate(self, now: datetime, *, force: bool = False) -> None:
-        """Pause or resume the intake's partitions when the gate changes (or when ``force``d,
-        after a rebalance handed out a new assignment)."""
+    def _apply_gate(self, now: datetime) -> None:
+        """Stop or restart the intake when the gate changes.
+
+        The intake agent simply stops taking batches (it waits on ``_intake_open``). faust's
+        own ``pause_partitions`` is not used: faust drops records of a partition paused while
+        a fetched batch is being handed out, after the consumer's position has passed them
+        (``Consumer.getmany`` filters on the live set of active partitions), and a later ack
+        would commit past them. A waiting agent loses nothing: faust's take buffer and stream
+        buffer fill up and its fetcher waits on them; heartbeats go on.
+        """
         paused = self.gate.update(self.holding.held, now) is Gate.PAUSED
-        if paused == self._paused and not force:
+        if paused == self._paused:
             return
-        consumer = self.app.consumer
-        assignment = consumer.assignment()
-        if paused:
-            consumer.pause_partitions(assignment)
-        else:
-            consumer.resume_partitions(assignment)
-        if paused != self._paused:
-            log_event(
-                log,
-                "intake.paused" if paused else "intake.resumed",
-                held=self.holding.held,
-                max_held=self.gate.max_held,
-                resume_below=self.gate.resume_below,
-            )
         self._paused = paused
+        if self._intake_open is not None:
+            if paused:
+                self._intake_open.clear()
+            else:
+                self._intake_open.set()
+        log_event(
+            log,
+            "intake.paused" if paused else "intake.resumed",
+            held=self.holding.held,
+            max_held=self.gate.max_held,
+            resume_below=self.gate.resume_below,
+        )
 
     def _shed_if_starving(self, now: datetime) -> None:
         count = self.gate.to_shed(self.holding.held, now)
@@ -359,7 +370,8 @@ class Dispatcher:
     async def release_due(self) -> int:
         """Publish every run due now; ack what the broker acknowledged. Returns runs released."""
         holding = self.holding
-        releases = holding.due(self.db_now())
+        taken_at = self.db_now()
+        releases = holding.due(taken_at)
         if not releases and not holding.in_flight:
             return 0
         outcomes = await self.publisher.publish(releases)
@@ -403,7 +415,10 @@ class Dispatcher:
                 )
         self._ack(holding.ackable())
         if lines:
-            self._log_released(lines)
+            # How late the round started (the first release's due instant to taking it off the
+            # wheel) and how long the broker took: the two parts of the lateness.
+            start_lag = taken_at - releases[0].routed.due_at if releases else timedelta(0)
+            self._log_released(lines, start_lag, acknowledged_at - taken_at)
         return len(lines)
 
     async def _record_loop(self) -> None:
@@ -449,7 +464,9 @@ class Dispatcher:
         self._ack(self.holding.ackable())
         return bool(written) or not self.recorder.pending
 
-    def _log_released(self, lines: list[tuple[Routed, float]]) -> None:
+    def _log_released(
+        self, lines: list[tuple[Routed, float]], start_lag: timedelta, publish: timedelta
+    ) -> None:
         """One INFO line per release round; the per-run lines only at DEBUG."""
         lateness = [lateness_ms for _, lateness_ms in lines]
         log_event(
@@ -459,6 +476,8 @@ class Dispatcher:
             emitted=sum(1 for routed, _ in lines if routed.emission is not None),
             lateness_max_ms=max(lateness),
             lateness_mean_ms=round(sum(lateness) / len(lateness), 3),
+            start_lag_ms=_ms(start_lag),
+            publish_ms=_ms(publish),
         )
         if log.isEnabledFor(logging.DEBUG):
             if self._closing:
@@ -489,12 +508,12 @@ class Dispatcher:
         partitions = {(tp.topic, tp.partition) for tp in revoked}
         dropped = self.holding.revoke(partitions)
         log_event(log, "partitions.revoked", count=len(partitions), dropped_runs=dropped)
+        self._apply_gate(self.db_now())
 
     async def _on_assigned(self, sender: Any, *args: Any, **kwargs: Any) -> None:
         assigned: Iterable[Any] = args[0]
         log_event(log, "partitions.assigned", count=len(set(assigned)))
-        # faust keeps a pause across a rebalance for partitions that come back; the gate decides.
-        self._apply_gate(self.db_now(), force=True)
+        self._apply_gate(self.db_now())  # a revocation may have dropped enough to resume
 
     async def _on_shutdown(self, sender: Any, *args: Any, **kwargs: Any) -> None:
         self._closing = True

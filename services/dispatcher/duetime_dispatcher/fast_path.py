@@ -56,7 +56,7 @@ def plan_emission(routed: Routed, reserved_prefix: str) -> tuple[Routed, str | N
     target = run.target
     if not isinstance(target, KafkaTarget):
         return routed, "the routing headers say kafka, the value does not"
-    if (run.run_id, run.attempt) != routed.key:
+    if (run.run_id, run.attempt) != (routed.run_id, routed.attempt):
         return routed, "the routing headers and the value name different runs"
     refusal = topic_refusal(target.topic, reserved_prefix)
     if refusal is not None:

@@ -13,9 +13,8 @@ consuming and heartbeating.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -39,10 +38,9 @@ class ReadyPublisher(Generic[T]):
         self._producer = producer
         self._topic = topic
         self._flush_timeout = flush_timeout
-        self._lock = threading.Lock()
-        # Delivery reports land here from librdkafka's callbacks; a report for a record sent in
-        # an earlier round (its flush timed out) is returned with a later round's outcomes.
-        self._outcomes: Outcomes[T] = []
+        # Delivery reports, appended by librdkafka's callbacks. They run only inside poll() and
+        # flush(), which only the publishing thread calls (one round at a time), so no lock.
+        self._reports: list[tuple[Release[T], KafkaError | None]] = []
 
     @classmethod
     def from_settings(
@@ -60,37 +58,57 @@ class ReadyPublisher(Generic[T]):
         await loop.run_in_executor(None, self._producer.flush, self._flush_timeout)
 
     def _publish_blocking(self, releases: Sequence[Release[T]]) -> Outcomes[T]:
-        produce, poll = self._producer.produce, self._producer.poll
-        topic = self._topic
+        # The hot path of a spike: every argument was computed when the record was read, so a
+        # release is one produce call and one small closure for its delivery report.
+        produce, topic = self._producer.produce, self._topic
         for release in releases:
             routed = release.routed
             emission = routed.emission
-            key: bytes | None
-            if emission is None:
-                to, value, key = topic, routed.value, str(routed.run_id).encode("ascii")
-                headers: Any = routed.headers
-            else:  # the Kafka fast path: the job's own record on the job's own topic
-                to, value, key = emission.topic, emission.value, emission.key
-                headers = emission.headers
-            report = self._reporter(release)
-            while True:
-                try:
-                    produce(to, value, key, headers=headers, on_delivery=report)
-                    break
-                except BufferError:
-                    # librdkafka's queue is full: serve delivery reports to make room.
-                    poll(0.05)
-                except KafkaException as exc:
-                    report(exc.args[0], None)
-                    break
+
+            def report(err: KafkaError | None, _msg: Any, release: Release[T] = release) -> None:
+                # Looked up at call time: a report for a record of an earlier round whose flush
+                # timed out is served by a later flush, and returned with that round.
+                self._reports.append((release, err))
+
+            try:
+                if emission is None:
+                    produce(
+                        topic,
+                        routed.value,
+                        routed.ready_key,
+                        headers=cast(Any, routed.headers),
+                        on_delivery=report,
+                    )
+                else:  # the Kafka fast path: the job's own record on the job's own topic
+                    produce(
+                        emission.topic,
+                        emission.value,
+                        emission.key,
+                        headers=cast(Any, emission.headers),
+                        on_delivery=report,
+                    )
+            except (BufferError, KafkaException):
+                self._produce_slowly(release, report)
         self._producer.flush(self._flush_timeout)
-        with self._lock:
-            outcomes, self._outcomes = self._outcomes, []
-        return outcomes
+        reports, self._reports = self._reports, []
+        return [(r, None if err is None else str(err)) for r, err in reports]
 
-    def _reporter(self, release: Release[T]) -> Any:
-        def report(err: KafkaError | None, _msg: Any) -> None:
-            with self._lock:
-                self._outcomes.append((release, None if err is None else str(err)))
-
-        return report
+    def _produce_slowly(self, release: Release[T], report: Any) -> None:
+        """librdkafka's queue is full: serve delivery reports to make room, then produce."""
+        routed, emission = release.routed, release.routed.emission
+        key: bytes | None
+        if emission is None:
+            to, value, key = self._topic, routed.value, routed.ready_key
+            headers: Any = routed.headers
+        else:
+            to, value, key = emission.topic, emission.value, emission.key
+            headers = emission.headers
+        while True:
+            try:
+                self._producer.produce(to, value, key, headers=headers, on_delivery=report)
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+            except KafkaException as exc:
+                report(exc.args[0], None)
+                return

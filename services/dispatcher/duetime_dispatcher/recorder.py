@@ -55,8 +55,8 @@ class DispatcherStore(Protocol):
     def db_clock(self) -> datetime: ...
 
 
-@dataclass(frozen=True, slots=True)
-class _Done(Generic[T]):
+@dataclass(eq=False, slots=True)
+class _Done(Generic[T]):  # not frozen: one per emitted run, and frozen __init__ is slow
     release: Release[T]
     emission: Emission
     finished_at: datetime

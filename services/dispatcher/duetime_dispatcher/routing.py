@@ -31,8 +31,10 @@ __all__ = ["Headers", "Routed", "RunKey", "route_record"]
 #: Record headers as the Kafka clients hand them over.
 Headers = Sequence[tuple[str, bytes | None]]
 
-#: (run_id, attempt): one attempt of one run, the unit of de-duplication.
-RunKey = tuple[uuid.UUID, int]
+#: (run id as the ASCII bytes of its UUID, attempt): one attempt of one run, the unit of
+#: de-duplication. Bytes rather than a ``uuid.UUID``, whose ``__hash__`` is Python code: a spike
+#: hashes each key several times at the due instant.
+RunKey = tuple[bytes, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,7 @@ class Routed:
         headers: the record's headers as read (schema fingerprint and routing), forwarded too.
         sent_at_ms: the planner's database clock when it published the record (epoch ms), for
             the clock offset estimate; None when the record carries no such header.
+        ready_key: the key on ``runs.ready`` (the run id), computed before the due instant.
         run: the decoded value, when the record had to be decoded (no routing headers).
         emission: for a Kafka target on the fast path, the job's record to emit at the due
             instant instead of forwarding this one (:mod:`duetime_dispatcher.fast_path`).
@@ -57,13 +60,14 @@ class Routed:
     target_kind: str
     value: bytes
     headers: Headers
+    ready_key: bytes
     sent_at_ms: int | None = None
     run: RunEvent | None = None
     emission: Emission | None = None
 
     @property
     def key(self) -> RunKey:
-        return (self.run_id, self.attempt)
+        return (self.ready_key, self.attempt)
 
 
 def route_record(value: bytes | None, headers: Headers) -> Routed:
@@ -84,8 +88,10 @@ def route_record(value: bytes | None, headers: Headers) -> Routed:
             routing.target_kind,
             value,
             headers,
+            str(routing.run_id).encode("ascii"),
             routing.sent_at_ms,
         )
     run = RUN_EVENTS.decode(value, headers)
     kind = "kafka" if isinstance(run.target, KafkaTarget) else "http"
-    return Routed(run.run_id, run.attempt, run.due_at, kind, value, headers, None, run)
+    key = str(run.run_id).encode("ascii")
+    return Routed(run.run_id, run.attempt, run.due_at, kind, value, headers, key, None, run)
