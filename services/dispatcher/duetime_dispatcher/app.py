@@ -239,7 +239,12 @@ class Dispatcher:
             self._wake.set()
 
     def _plan_emission(self, routed: Routed, source: Source) -> Routed:
-        routed, skipped = plan_emission(routed, self.settings.topic_prefix)
+        try:
+            planned, skipped = plan_emission(routed, self.settings.topic_prefix)
+        except Exception as exc:
+            # A bug in planning must not make a routable run poison: a worker can still run it.
+            planned, skipped = routed, repr(exc)
+        routed = planned
         if skipped is not None:
             # Not lost: the record goes to runs.ready, where a worker ends the run (as dead,
             # with this reason, if the topic is refused).
@@ -427,8 +432,10 @@ class Dispatcher:
         interval = self.config.record_interval.total_seconds()
         retry = self.config.retry_interval.total_seconds()
         next_probe = self._clock()
-        while not self.app.should_stop:
+        while not self.app.should_stop and not self._closing:
             await asyncio.sleep(interval)
+            if self._closing:  # the shutdown hook writes what is left, then closes the thread
+                return
             if self._clock() >= next_probe:
                 await self.probe_clock()
                 next_probe = self._clock() + self.config.clock_probe_interval
