@@ -121,7 +121,7 @@ def job_record(job: JobDefinition, version: int, next_run_at: datetime | None) -
 
 
 def job_params(job: JobDefinition, next_run_at: datetime | None) -> dict[str, Any]:
-    """The parameters of the single-row ``jobs_upsert``."""
+    """One job as the named parameters of a ``jobs`` row (set-up tools insert with it)."""
     return {
         **job_record(job, job.version, next_run_at),
         "start_at": job.schedule.start_at,

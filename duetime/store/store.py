@@ -17,7 +17,6 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from duetime.errors import StoreError
-from duetime.model import JobDefinition
 from duetime.schedule import RetryPolicy
 
 from .attempts import (
@@ -37,7 +36,6 @@ from .rows import (
     OutboxRun,
     batch_json,
     iso_or_none,
-    job_params,
     target_from_json,
 )
 
@@ -85,36 +83,6 @@ class Tx:
         return now
 
     # jobs -----------------------------------------------------------------------------------
-    def jobs_upsert(self, job: JobDefinition, next_run_at: datetime | None) -> bool:
-        """True if stored; False if the stored version is the same or newer."""
-        return bool(self._rows("jobs_upsert", job_params(job, next_run_at)))
-
-    def jobs_get_version(self, job_id: str) -> int | None:
-        rows = self._rows("jobs_get_version", {"job_id": job_id})
-        return int(rows[0].version) if rows else None
-
-    def jobs_delete(self, job_id: str, version: int) -> bool:
-        return bool(self._rows("jobs_delete", {"job_id": job_id, "version": version}))
-
-    def jobs_get_due(self, shards: Sequence[int], horizon: datetime, limit: int) -> list[DueJob]:
-        rows = self._rows(
-            "jobs_get_due", {"shards": list(shards), "horizon": horizon, "limit": limit}
-        )
-        return [DueJob.from_row(r) for r in rows]
-
-    def jobs_advance(
-        self, advances: Sequence[tuple[str, datetime | None, datetime | None]]
-    ) -> None:
-        """Move each (job_id, next_run_at, last scheduled_for) in one executemany."""
-        if advances:
-            self._exec(
-                "jobs_advance",
-                [
-                    {"job_id": job_id, "next_run_at": nxt, "last_scheduled_for": last}
-                    for job_id, nxt, last in advances
-                ],
-            )
-
     def jobs_pause(self, job_id: str) -> int | None:
         rows = self._rows("jobs_pause", {"job_id": job_id})
         return int(rows[0].version) if rows else None
@@ -157,19 +125,6 @@ class Tx:
             )
             for r in rows
         ]
-
-    def runs_mark_published(self, keys: Sequence[tuple[uuid.UUID, datetime]]) -> None:
-        if keys:
-            self._exec(
-                "runs_mark_published",
-                [{"run_id": run_id, "scheduled_for": sf} for run_id, sf in keys],
-            )
-
-    def runs_cancel_orphan(self, run_id: uuid.UUID, scheduled_for: datetime) -> None:
-        self._exec("runs_cancel_orphan", {"run_id": run_id, "scheduled_for": scheduled_for})
-
-    def runs_sweep_unclaimed(self, grace: timedelta) -> int:
-        return self._exec("runs_sweep_unclaimed", {"grace_seconds": grace.total_seconds()})
 
     def runs_get_expired(self, limit: int) -> list[ExpiredLease]:
         return [
