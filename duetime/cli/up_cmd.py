@@ -33,6 +33,18 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--summary-every", type=float, default=10.0, help="seconds between run summaries"
     )
+    parser.add_argument(
+        "--planners",
+        type=int,
+        default=None,
+        help="planner processes competing for due jobs (env DUETIME_PLANNERS, default 1)",
+    )
+    parser.add_argument(
+        "--dispatchers",
+        type=int,
+        default=None,
+        help="dispatcher processes sharing the due topics (env DUETIME_DISPATCHERS, default 1)",
+    )
     parser.set_defaults(func=_run)
 
 
@@ -66,8 +78,16 @@ def _run(args: argparse.Namespace) -> int:
             demo.start()
             # The demo target listens on 127.0.0.1, which workers refuse unless allowed.
             env["DUETIME_ALLOW_PRIVATE_TARGETS"] = "1"
+        command = [sys.executable, "-m", "duetime.cli.main", "service"]
+        counts = {
+            "planner": _count(args.planners, "DUETIME_PLANNERS"),
+            "dispatcher": _count(args.dispatchers, "DUETIME_DISPATCHERS"),
+        }
         for name in SERVICES:
-            sup.add(name, [sys.executable, "-m", "duetime.cli.main", "service", name], env)
+            for instance in range(counts.get(name, 1)):
+                label = name if instance == 0 else f"{name}-{instance}"
+                extra = ["--instance", str(instance)] if name == "dispatcher" else []
+                sup.add(label, [*command, name, *extra], env)
         sup.start_all()
         store = Store(urls.database_url, pool_size=1, application_name="duetime-up")
         if demo is not None:
@@ -100,6 +120,18 @@ def _run(args: argparse.Namespace) -> int:
             stack.down()
             sup.say("duetime", "stack.stopped")
     return 0 if interrupted else 1
+
+
+def _count(requested: int | None, variable: str) -> int:
+    """How many processes of a service to run: the option, else the variable, else one.
+
+    One of each is what measured best on two cores (bench/reports/spike.md): a second
+    dispatcher made a 20k spike later, not sooner, because everything shares the cores.
+    """
+    if requested is None:
+        raw = os.environ.get(variable, "")
+        requested = int(raw) if raw.isdigit() else 1
+    return max(1, min(requested, 16))
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:

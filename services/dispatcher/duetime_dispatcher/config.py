@@ -48,6 +48,8 @@ class DispatcherConfig:
             (acked unreleased; the planner's sweeper re-publishes them once due), so a run due
             sooner than everything held cannot starve behind them.
         clock_window: how long a database-clock sample counts towards the offset estimate.
+        instance: which of several dispatcher processes sharing one data dir this is (each gets
+            its own faust directory); they share the due topics' partitions as one group.
         clock_threshold: offset estimates within +/- this are not corrected (on one host the
             estimate is only the smallest transit time).
         clock_warn: offset estimates beyond +/- this are logged as ``clock.skew`` (WARNING).
@@ -68,6 +70,7 @@ class DispatcherConfig:
     stats_interval: timedelta = timedelta(seconds=10)
     max_hold: timedelta = timedelta(hours=2)
     max_held: int = 250_000
+    instance: int = 0
     resume_below: int | None = None
     max_pause: timedelta = timedelta(seconds=60)
     clock_window: timedelta = timedelta(minutes=5)
@@ -81,6 +84,8 @@ class DispatcherConfig:
             raise ConfigError("dispatcher max_batch must be at least 1")
         if self.max_held < 2:
             raise ConfigError("dispatcher max_held must be at least 2")
+        if self.instance < 0:
+            raise ConfigError("dispatcher instance must not be negative")
         if not 0 <= self.low_water < self.max_held:
             raise ConfigError("dispatcher resume_below must be below max_held, not negative")
         if not timedelta(0) <= self.clock_threshold <= self.clock_warn:
@@ -145,7 +150,11 @@ def faust_settings(
         "consumer_auto_offset_reset": "earliest",
         "broker_commit_interval": config.commit_interval.total_seconds(),
         "broker_commit_livelock_soft_timeout": config.max_hold.total_seconds(),
-        "datadir": str(Path(settings.data_dir) / "dispatcher"),
+        # Each dispatcher process of one data dir keeps its own faust directory.
+        "datadir": str(
+            Path(settings.data_dir)
+            / ("dispatcher" if config.instance == 0 else f"dispatcher-{config.instance}")
+        ),
     }
     if settings.profile == "local":
         # shared/KAFKA.md §3: the session timeout alone decides the join time on the local broker.

@@ -45,6 +45,12 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"cap on runs held in memory (default: ${MAX_HELD_ENV} or "
         f"{DispatcherConfig.max_held}); the intake pauses at the cap",
     )
+    parser.add_argument(
+        "--instance",
+        type=int,
+        default=0,
+        help="which of several dispatcher processes sharing a data dir this is (default 0)",
+    )
     return parser.parse_args(argv)
 
 
@@ -64,7 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     gc.set_threshold(100_000, 50, 100)
     try:
         settings = load_settings()
-        config = DispatcherConfig(max_batch=args.max_batch, max_held=args.max_held)
+        config = DispatcherConfig(
+            max_batch=args.max_batch, max_held=args.max_held, instance=args.instance
+        )
         create_topics(settings)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         dispatcher = Dispatcher(settings, config)
