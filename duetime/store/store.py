@@ -188,6 +188,12 @@ class Tx:
         rows = [{"job_id": job_id, "version": version} for job_id, version in tombstones]
         return {r.job_id for r in self._rows("jobs_delete_many", {"rows": batch_json(rows)})}
 
+    def jobs_estimated_rows(self) -> int:
+        return max(0, int(self._rows("jobs_estimated_rows")[0].estimated))
+
+    def jobs_analyze(self) -> None:
+        self.conn.execute(query("jobs_analyze"))
+
     def jobs_advance_many(
         self, advances: Sequence[tuple[str, datetime | None, datetime | None]]
     ) -> None:

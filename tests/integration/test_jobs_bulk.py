@@ -111,3 +111,21 @@ def test_batches_larger_than_a_chunk_and_all_or_nothing(
         jobs_apply(tx, [_job("rolled-back")])
         raise Boom
     assert "rolled-back" not in _stored(store)
+
+
+def test_a_bulk_write_refreshes_the_statistics_the_due_scan_is_planned_from(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jobs_module, "_ANALYZE_MIN_ROWS", 50)
+    with store.tx() as tx:
+        jobs_apply(tx, [_job(f"small-{i}") for i in range(10)])  # below the threshold
+        assert tx.jobs_estimated_rows() < 10
+    with store.tx() as tx:
+        jobs_apply(tx, [_job(f"stats-{i:03d}") for i in range(120)])
+    with store.tx() as tx:
+        # What the query planner believes now: the rows written, not an empty table.
+        assert tx.jobs_estimated_rows() == 130
+        # A write that is small against the table (under a tenth) leaves them alone.
+        monkeypatch.setattr(jobs_module, "_ANALYZE_MIN_ROWS", 5)
+        assert not jobs_module.refresh_statistics(tx, 12)
+        assert jobs_module.refresh_statistics(tx, 14)

@@ -187,3 +187,13 @@ FROM lost
 WHERE r.run_id = lost.run_id AND r.scheduled_for = lost.scheduled_for
   AND r.state = 'scheduled' AND r.published_at IS NOT NULL
 RETURNING r.run_id, lost.reason;
+
+-- name: jobs_estimated_rows
+-- How many rows the query planner believes jobs holds (-1 before the first ANALYZE).
+SELECT CAST(reltuples AS bigint) AS estimated FROM pg_class WHERE oid = CAST('jobs' AS regclass);
+
+-- name: jobs_analyze
+-- Fresh statistics right after a bulk write: until autovacuum gets to it (up to a minute), the
+-- planner's due scan is planned for the table as it was (measured: 20 s per batch instead of
+-- 0.6 s after 100k jobs landed in an empty table).
+ANALYZE jobs;
