@@ -6,7 +6,9 @@ them, bytes untouched, onto ``runs.ready``):
 ==========================  ===========================================================
 ``duetime-run-id``          the run's UUID, ASCII
 ``duetime-attempt``         the attempt the record asks for, ASCII decimal
-``duetime-due-at-ms``       when to release it: Unix epoch milliseconds, ASCII decimal
+``duetime-due-at-ms``       when to release it: Unix epoch milliseconds, ASCII decimal, rounded
+                            *up* to the next whole millisecond, so that a router that works in
+                            milliseconds never releases a run before its due instant
 ``duetime-target-kind``     ``http`` or ``kafka``
 ``duetime-sent-at-ms``      the planner's *database clock* (``now()``) when it published, in
                             epoch ms: a dispatcher compares it with its own clock to measure
@@ -33,6 +35,7 @@ __all__ = [
     "TARGET_KIND",
     "RunRouting",
     "epoch_ms",
+    "epoch_ms_ceil",
     "from_epoch_ms",
     "read_routing",
     "routing_headers",
@@ -64,6 +67,12 @@ def epoch_ms(instant: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 
+def epoch_ms_ceil(instant: datetime) -> int:
+    """Milliseconds since the Unix epoch, rounded up: never earlier than ``instant``."""
+    delta = instant - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1000 - (-delta.microseconds // 1000)
+
+
 def from_epoch_ms(value: int) -> datetime:
     return datetime.fromtimestamp(value / 1000, UTC)
 
@@ -75,7 +84,7 @@ def routing_headers(
     return [
         (RUN_ID, str(run_id).encode("ascii")),
         (ATTEMPT, str(attempt).encode("ascii")),
-        (DUE_AT_MS, str(epoch_ms(due_at)).encode("ascii")),
+        (DUE_AT_MS, str(epoch_ms_ceil(due_at)).encode("ascii")),
         (TARGET_KIND, target_kind.encode("ascii")),
         (SENT_AT_MS, str(epoch_ms(sent_at)).encode("ascii")),
     ]

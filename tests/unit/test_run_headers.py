@@ -1,0 +1,55 @@
+"""The routing headers on run records: round trip, malformed input, never-early due instants."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from duetime.bus.run_headers import (
+    epoch_ms,
+    epoch_ms_ceil,
+    from_epoch_ms,
+    read_routing,
+    routing_headers,
+)
+
+RUN_ID = uuid.UUID("6a1f3c2e-0b7d-4e59-9d41-1c2b3a4d5e6f")
+
+
+def _as_read(headers: list[tuple[str, str | bytes | None]]) -> list[tuple[str, bytes | None]]:
+    return [(k, v.encode() if isinstance(v, str) else v) for k, v in headers]
+
+
+def test_round_trip() -> None:
+    due = datetime(2026, 12, 31, 23, 59, 59, 250_000, tzinfo=UTC)
+    sent = datetime(2026, 12, 31, 23, 59, 0, tzinfo=UTC)
+    routing = read_routing(_as_read(routing_headers(RUN_ID, 2, due, "kafka", sent)))
+    assert routing is not None
+    assert (routing.run_id, routing.attempt, routing.target_kind) == (RUN_ID, 2, "kafka")
+    assert from_epoch_ms(routing.due_at_ms) == due
+    assert routing.sent_at_ms == epoch_ms(sent)
+
+
+def test_a_due_instant_between_milliseconds_is_rounded_up_never_down() -> None:
+    due = datetime(2026, 1, 1, 0, 0, 0, 1_001, tzinfo=UTC)
+    assert epoch_ms(due) == epoch_ms_ceil(due) - 1
+    routing = read_routing(_as_read(routing_headers(RUN_ID, 1, due, "http", due)))
+    assert routing is not None and from_epoch_ms(routing.due_at_ms) >= due
+    whole = datetime(2026, 1, 1, 0, 0, 0, 2_000, tzinfo=UTC)
+    assert epoch_ms_ceil(whole) == epoch_ms(whole)
+    before_epoch = datetime(1969, 12, 31, 23, 59, 59, 999_500, tzinfo=UTC)
+    assert epoch_ms_ceil(before_epoch) == 0 and epoch_ms(before_epoch) == -1
+
+
+def test_missing_or_malformed_headers_read_as_none() -> None:
+    good = _as_read(routing_headers(RUN_ID, 1, datetime.now(UTC), "http", datetime.now(UTC)))
+    assert read_routing(None) is None
+    assert read_routing([h for h in good if h[0] != "duetime-run-id"]) is None
+    for name, bad in (
+        ("duetime-attempt", b"0"),
+        ("duetime-attempt", b"x"),
+        ("duetime-target-kind", b"ftp"),
+        ("duetime-run-id", b"\xff"),
+        ("duetime-due-at-ms", b"soon"),
+    ):
+        assert read_routing([(k, bad if k == name else v) for k, v in good]) is None
