@@ -296,7 +296,7 @@ class Store:
             raise StoreError(f"database error: {exc.__class__.__name__}: {exc}") from exc
 
     # Worker operations: one statement per batch (attempts.py); the single-run forms are
-    # one-element batches, for the reaper's tests and tools. ----------------------------------
+    # one-element batches, for tools and the reaper's tests. ----------------------------------
     def runs_claim_batch(
         self, worker: str, requests: Sequence[ClaimRequest]
     ) -> dict[uuid.UUID, Claim]:
@@ -324,17 +324,6 @@ class Store:
             worker, [ClaimRequest(run_id, scheduled_for, attempt, token, lease)]
         )
         return claims.get(token)
-
-    def runs_heartbeat(
-        self,
-        run_id: uuid.UUID,
-        scheduled_for: datetime,
-        lease_token: uuid.UUID,
-        lease: timedelta,
-    ) -> datetime | None:
-        """The new lease expiry, or None if the lease is no longer ours."""
-        renewed = self.runs_renew_batch([LeaseRenewal(run_id, scheduled_for, lease_token, lease)])
-        return renewed.get(lease_token)
 
     def runs_complete(
         self,
