@@ -2,7 +2,8 @@
 
 Whoever emits a Kafka target's record (a worker, or the dispatcher's fast path) must give it the
 same headers, because execution is at-least-once and the job's consumers deduplicate on them:
-``Idempotency-Key: <run_id>:<attempt>``, ``X-Duetime-Run-Id``, ``X-Duetime-Attempt`` and
+``Idempotency-Key: <run_id>:<attempt>``, ``X-Duetime-Run-Id``, ``X-Duetime-Attempt``,
+``X-Duetime-Fencing-Token`` (:mod:`duetime.fencing` says which token each path gives) and
 ``X-Duetime-Scheduled-For`` (ISO-8601 UTC with ``Z``), as UTF-8 record headers.
 
 Topics under duetime's own prefix, and Kafka's internal ``__`` topics, are refused: a job that
@@ -19,6 +20,7 @@ from datetime import UTC, datetime
 
 __all__ = [
     "ATTEMPT",
+    "FENCING_TOKEN",
     "IDEMPOTENCY_KEY",
     "RUN_ID",
     "SCHEDULED_FOR",
@@ -31,6 +33,7 @@ __all__ = [
 IDEMPOTENCY_KEY = "Idempotency-Key"
 RUN_ID = "X-Duetime-Run-Id"
 ATTEMPT = "X-Duetime-Attempt"
+FENCING_TOKEN = "X-Duetime-Fencing-Token"
 SCHEDULED_FOR = "X-Duetime-Scheduled-For"
 
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -45,22 +48,24 @@ def format_instant(instant: datetime) -> str:
 
 
 def duetime_headers(
-    run_id: uuid.UUID, attempt: int, scheduled_for: datetime
+    run_id: uuid.UUID, attempt: int, fencing_token: int, scheduled_for: datetime
 ) -> list[tuple[str, str]]:
-    """The idempotency headers, identical for HTTP and Kafka targets."""
+    """The idempotency and fencing headers, identical for HTTP and Kafka targets."""
     return [
         (IDEMPOTENCY_KEY, f"{run_id}:{attempt}"),
         (RUN_ID, str(run_id)),
         (ATTEMPT, str(attempt)),
+        (FENCING_TOKEN, str(fencing_token)),
         (SCHEDULED_FOR, format_instant(scheduled_for)),
     ]
 
 
 def kafka_headers(
-    run_id: uuid.UUID, attempt: int, scheduled_for: datetime
+    run_id: uuid.UUID, attempt: int, fencing_token: int, scheduled_for: datetime
 ) -> list[tuple[str, bytes]]:
-    """The idempotency headers as Kafka record headers (UTF-8 values)."""
-    return [(k, v.encode("utf-8")) for k, v in duetime_headers(run_id, attempt, scheduled_for)]
+    """The idempotency and fencing headers as Kafka record headers (UTF-8 values)."""
+    headers = duetime_headers(run_id, attempt, fencing_token, scheduled_for)
+    return [(k, v.encode("utf-8")) for k, v in headers]
 
 
 def topic_refusal(topic: str, reserved_prefix: str) -> str | None:

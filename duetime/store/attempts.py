@@ -19,6 +19,8 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
+from duetime.fencing import claimed_token
+
 from .queries import query
 
 __all__ = [
@@ -42,6 +44,15 @@ class Claim:
     lease_token: uuid.UUID
     lease_expires_at: datetime
     claimed_at: datetime
+
+    @property
+    def fencing_token(self) -> int:
+        """What the target receives as ``X-Duetime-Fencing-Token`` for this execution.
+
+        Derived from ``attempt`` as the claim statement returned it: the database grants each
+        attempt number of a run once, in increasing order (``duetime.fencing``).
+        """
+        return claimed_token(self.attempt)
 
 
 @dataclass(frozen=True)

@@ -552,6 +552,8 @@ def test_kafka_targets_are_emitted_by_the_dispatcher_and_recorded_in_batches(
         headers = dict(record.headers())
         assert headers["Idempotency-Key"] == f"{run.run_id}:1".encode()
         assert headers["X-Duetime-Attempt"] == b"1"
+        # The fast path's token for attempt 1, below a worker's (2) should the run fall back.
+        assert headers["X-Duetime-Fencing-Token"] == b"1"
         assert headers["X-Duetime-Scheduled-For"] == format_instant(run.scheduled_for).encode()
 
     def row(run: RunEvent) -> Any:

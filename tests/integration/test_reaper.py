@@ -73,9 +73,13 @@ def test_expired_lease_is_retried_then_dead_and_published(database_url: str, sta
         outcome="succeeded",
     )
 
+    # A late copy of attempt 1's message claims nothing; attempt 2's claim carries a higher
+    # fencing token, so a target can tell the zombie of attempt 1 from its successor.
+    assert store.runs_claim(run_id, scheduled_for, 1, "w-late", timedelta(seconds=30)) is None
     # Attempt 2, the last one, also expires: dead, then on the dead topic.
     claim2 = store.runs_claim(run_id, scheduled_for, 2, "w-2", timedelta(milliseconds=100))
     assert claim2 is not None and claim2.lease_token != claim.lease_token
+    assert claim2.fencing_token > claim.fencing_token
     time.sleep(0.3)
     stats = reaper.run_once()
     assert (stats.expired, stats.dead, stats.dead_published) == (1, 1, 1)

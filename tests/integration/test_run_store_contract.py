@@ -164,6 +164,23 @@ def test_a_retry_is_claimed_by_the_next_attempt_with_a_new_token(run_store: RunS
     # The old attempt's completion is fenced, even though its own run_attempts row exists.
     stale = _end(RUN_A, 2, first.lease_token, "succeeded")
     assert run_store.runs_complete_batch("w1", [stale]) == set()
-    assert run_store.runs_complete_batch(
-        "w2", [_end(RUN_A, 2, second.lease_token, "dead")]
-    ) == {second.lease_token}
+    assert run_store.runs_complete_batch("w2", [_end(RUN_A, 2, second.lease_token, "dead")]) == {
+        second.lease_token
+    }
+
+
+def test_every_claim_of_a_run_carries_a_higher_fencing_token(run_store: RunStore) -> None:
+    """The token a target receives comes from the claim: a claim retried after a lost reply
+    keeps its token, and each later attempt's claim carries a higher one."""
+    first = _req(RUN_A, 1)
+    token_1 = run_store.runs_claim_batch("w1", [first])[first.lease_token].fencing_token
+    assert run_store.runs_claim_batch("w1", [first])[first.lease_token].fencing_token == token_1
+    run_store.runs_complete_batch("w1", [_end(RUN_A, 1, first.lease_token, "scheduled")])
+    second = _req(RUN_A, 2)
+    token_2 = run_store.runs_claim_batch("w2", [second])[second.lease_token].fencing_token
+    run_store.runs_complete_batch("w2", [_end(RUN_A, 2, second.lease_token, "scheduled")])
+    # Stale copies of earlier attempts' messages claim nothing, so they never get a token.
+    assert run_store.runs_claim_batch("w3", [_req(RUN_A, 1), _req(RUN_A, 2)]) == {}
+    third = _req(RUN_A, 3)
+    token_3 = run_store.runs_claim_batch("w3", [third])[third.lease_token].fencing_token
+    assert token_1 < token_2 < token_3

@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -316,6 +316,7 @@ def test_success_sends_the_idempotency_key_and_records_the_attempt(
     assert request.headers["Idempotency-Key"] == f"{run.run_id}:1"
     assert request.headers["X-Duetime-Run-Id"] == str(run.run_id)
     assert request.headers["X-Duetime-Attempt"] == "1"
+    assert request.headers["X-Duetime-Fencing-Token"] == "2"
     assert request.headers["X-Duetime-Scheduled-For"] == (
         run.scheduled_for.strftime("%Y-%m-%dT%H:%M:%SZ")
     )
@@ -372,6 +373,31 @@ def test_server_error_schedules_a_retry(
     row = wait_for(state_is(env, throttled.run_id, "scheduled"), "the throttled retry")
     # Retry-After: 120 is a lower bound for the delay.
     assert row.due_at >= row.db_now + timedelta(seconds=100)
+
+
+def test_a_retried_attempt_reaches_the_target_with_a_higher_fencing_token(
+    env: Env, worker: Callable[..., InProcessWorker], target: tuple[Target_, str]
+) -> None:
+    """Attempt 1 fails with a 500 and is handed back for a retry; attempt 2, published as the
+    planner's outbox would, reaches the target with a higher token. A late copy of attempt 1's
+    message claims nothing, so it never reaches the target with its old token."""
+    recorder, base = target
+    path = f"/status/500/{uuid.uuid4().hex}"
+    run = env.new_run(HttpTarget(url=f"{base}{path}"))
+    worker()
+    env.publish(run)
+    wait_for(state_is(env, run.run_id, "scheduled"), "attempt 1 to be handed back")
+    env.publish(run, replace(run, attempt=2))  # a stale copy of attempt 1, then attempt 2
+    wait_for(state_is(env, run.run_id, "scheduled", attempt=2), "attempt 2 to be handed back")
+
+    seen = recorder.requests(path)
+    assert [
+        (s.headers["X-Duetime-Attempt"], s.headers["X-Duetime-Fencing-Token"]) for s in seen
+    ] == [
+        ("1", "2"),
+        ("2", "4"),
+    ]
+    assert [a.attempt for a in env.attempts(run.run_id)] == [1, 2]
 
 
 def test_client_error_is_dead(
@@ -497,6 +523,8 @@ def test_kafka_target_emits_the_record_with_duetime_headers(
     headers = dict(record.headers())
     assert headers["Idempotency-Key"] == f"{run.run_id}:1".encode()
     assert headers["X-Duetime-Attempt"] == b"1"
+    # A worker's execution of attempt 1: one above the dispatcher's fast path for attempt 1.
+    assert headers["X-Duetime-Fencing-Token"] == b"2"
 
 
 def test_kafka_target_on_an_internal_topic_is_refused(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -53,9 +54,19 @@ def test_a_kafka_target_is_planned_before_its_due_instant() -> None:
         "Idempotency-Key": f"{run.run_id}:1".encode(),
         "X-Duetime-Run-Id": str(run.run_id).encode(),
         "X-Duetime-Attempt": b"1",
+        # One below the token of a worker's execution of attempt 1 (2): a run the fast path
+        # gives up to a worker reaches the target with a higher token.
+        "X-Duetime-Fencing-Token": b"1",
         "X-Duetime-Scheduled-For": b"2026-12-02T00:00:00Z",
     }
     assert emission.run == run
+
+
+def test_a_later_attempt_on_the_fast_path_is_fenced_above_the_earlier_ones() -> None:
+    run = replace(run_event(KafkaTarget(topic="orders", key=None, value="x")), attempt=3)
+    planned, _ = plan_emission(routed(run), "duetime.")
+    assert planned.emission is not None
+    assert dict(planned.emission.headers)["X-Duetime-Fencing-Token"] == b"5"
 
 
 def test_http_targets_are_left_alone() -> None:

@@ -65,13 +65,15 @@ class FakeTargets:
     def __init__(self, outcome: AttemptOutcome | Exception, hold: bool = False) -> None:
         self.outcome = outcome
         self.calls: list[int] = []
+        self.fencing_tokens: list[int] = []
         self.started = asyncio.Event()
         self.release = asyncio.Event()
         self.cancelled = False
         self._hold = hold
 
-    async def execute(self, run: RunEvent, attempt: int) -> AttemptOutcome:
-        self.calls.append(attempt)
+    async def execute(self, run: RunEvent, claim: Claim) -> AttemptOutcome:
+        self.calls.append(claim.attempt)
+        self.fencing_tokens.append(claim.fencing_token)
         self.started.set()
         try:
             if self._hold:
@@ -130,6 +132,7 @@ async def test_success(calls: BlockingCalls) -> None:
     report = await _runner(store, events, targets, calls).run(_run())
     assert (report.status, report.commit) == ("succeeded", True)
     assert targets.calls == [1]
+    assert targets.fencing_tokens == [2]  # the claim's token reaches the target
     (done,) = store.completions
     assert (done.state, done.outcome, done.status_code, done.attempt) == (
         "succeeded",

@@ -24,16 +24,18 @@ def _build(job_headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
         job_headers,
         run_id=RUN_ID,
         attempt=2,
+        fencing_token=4,
         scheduled_for=SCHEDULED,
         user_agent="duetime-worker/1.2.3",
     )
 
 
-def test_duetime_headers_carry_the_idempotency_key() -> None:
-    assert duetime_headers(RUN_ID, 2, SCHEDULED) == [
+def test_duetime_headers_carry_the_idempotency_key_and_the_fencing_token() -> None:
+    assert duetime_headers(RUN_ID, 2, 4, SCHEDULED) == [
         ("Idempotency-Key", f"{RUN_ID}:2"),
         ("X-Duetime-Run-Id", str(RUN_ID)),
         ("X-Duetime-Attempt", "2"),
+        ("X-Duetime-Fencing-Token", "4"),
         ("X-Duetime-Scheduled-For", "2026-03-29T01:30:00Z"),
     ]
 
@@ -59,6 +61,7 @@ def test_job_headers_come_first_and_duetime_adds_its_own() -> None:
         "Idempotency-Key",
         "idempotency-key",
         "X-Duetime-Run-Id",
+        "X-Duetime-Fencing-Token",
         "x-duetime-anything",
         "User-Agent",
         "Host",
@@ -90,9 +93,10 @@ def test_header_injection_is_rejected(name: str, value: str) -> None:
 
 
 def test_kafka_headers_are_the_same_keys_as_bytes() -> None:
-    assert kafka_headers(RUN_ID, 1, SCHEDULED) == [
+    assert kafka_headers(RUN_ID, 1, 2, SCHEDULED) == [
         ("Idempotency-Key", f"{RUN_ID}:1".encode()),
         ("X-Duetime-Run-Id", str(RUN_ID).encode()),
         ("X-Duetime-Attempt", b"1"),
+        ("X-Duetime-Fencing-Token", b"2"),
         ("X-Duetime-Scheduled-For", b"2026-03-29T01:30:00Z"),
     ]

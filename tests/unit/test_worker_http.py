@@ -97,7 +97,13 @@ async def executor() -> AsyncIterator[HttpExecutor]:
 
 
 async def _call(executor: HttpExecutor, target: HttpTarget, attempt: int = 1) -> AttemptOutcome:
-    return await executor.execute(target, run_id=RUN_ID, attempt=attempt, scheduled_for=SCHEDULED)
+    return await executor.execute(
+        target,
+        run_id=RUN_ID,
+        attempt=attempt,
+        fencing_token=2 * attempt,
+        scheduled_for=SCHEDULED,
+    )
 
 
 async def test_success_sends_the_contract_headers(server: _Server, executor: HttpExecutor) -> None:
@@ -114,6 +120,7 @@ async def test_success_sends_the_contract_headers(server: _Server, executor: Htt
     assert headers["Idempotency-Key"] == f"{RUN_ID}:3"
     assert headers["X-Duetime-Run-Id"] == str(RUN_ID)
     assert headers["X-Duetime-Attempt"] == "3"
+    assert headers["X-Duetime-Fencing-Token"] == "6"
     assert headers["X-Duetime-Scheduled-For"] == "2026-01-01T00:00:00Z"
     assert headers["User-Agent"] == "duetime-worker/test"
     assert headers["X-Team"] == "billing"

@@ -4,7 +4,10 @@ A Kafka-target job ("emit this event at T") needs no worker: the dispatcher can 
 record onto the job's own topic at T, and record the success in PostgreSQL afterwards, in
 batches. So that T costs only the produce, everything else happens when the record is read,
 before T: the Avro value is decoded, the topic is checked, and the record to emit, with the
-idempotency headers a worker would give it (:mod:`duetime.bus.target_records`), is built.
+idempotency headers a worker would give it (:mod:`duetime.bus.target_records`), is built. Its
+fencing token is the fast path's own (:func:`duetime.fencing.emitted_token`): one below what a
+worker executing the same attempt would send, so a run the fast path gives up to a worker reaches
+the target with a higher token.
 
 A record that cannot take the fast path is simply forwarded to ``runs.ready`` like any run, and a
 worker executes it as before: a refused topic (the worker ends the run as ``dead`` with the
@@ -20,6 +23,7 @@ from dataclasses import dataclass, replace
 from duetime.bus.records import RUN_EVENTS
 from duetime.bus.target_records import kafka_headers, topic_refusal
 from duetime.errors import CodecError
+from duetime.fencing import emitted_token
 from duetime.model import KafkaTarget, RunEvent
 
 from .routing import Routed
@@ -65,7 +69,9 @@ def plan_emission(routed: Routed, reserved_prefix: str) -> tuple[Routed, str | N
         topic=target.topic,
         key=target.key.encode("utf-8") if target.key is not None else None,
         value=target.value.encode("utf-8"),
-        headers=kafka_headers(run.run_id, run.attempt, run.scheduled_for),
+        headers=kafka_headers(
+            run.run_id, run.attempt, emitted_token(run.attempt), run.scheduled_for
+        ),
         run=run,
     )
     return replace(routed, emission=emission), None

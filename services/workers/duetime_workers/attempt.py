@@ -212,7 +212,7 @@ class AttemptRunner:
         self, run: RunEvent, claim: Claim, lease: HeldLease
     ) -> AttemptOutcome | None:
         """The target's outcome, or None if the lease was lost (execution cancelled)."""
-        execution = asyncio.ensure_future(self._targets.execute(run, claim.attempt))
+        execution = asyncio.ensure_future(self._targets.execute(run, claim))
         try:
             waiting: set[asyncio.Future[Any]] = {execution, lease.lost}
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)

@@ -1,9 +1,11 @@
 """The headers every target receives, and which user headers are not allowed through. Pure.
 
-``Idempotency-Key: <run_id>:<attempt>`` plus ``X-Duetime-Run-Id``, ``X-Duetime-Attempt`` and
-``X-Duetime-Scheduled-For`` are the contract (DESIGN.md): execution is at-least-once, so a target
-deduplicates on them. duetime sets them itself and drops any job-supplied header of the same name,
-so a job definition cannot forge another run's key. Framing and hop-by-hop headers (``Host``,
+``Idempotency-Key: <run_id>:<attempt>`` plus ``X-Duetime-Run-Id``, ``X-Duetime-Attempt``,
+``X-Duetime-Fencing-Token`` and ``X-Duetime-Scheduled-For`` are the contract (docs/targets.md):
+execution is at-least-once, so a target deduplicates on them, and rejects an execution whose
+fencing token is lower than one it has already seen for the run. duetime sets them itself and
+drops any job-supplied header of the same name, so a job definition cannot forge another run's
+key or token. Framing and hop-by-hop headers (``Host``,
 ``Content-Length``, ``Transfer-Encoding``, ``Connection`` ...) are dropped too: the HTTP client
 owns them, and letting a job set them invites request smuggling.
 """
@@ -18,6 +20,7 @@ from datetime import datetime
 # The contract headers live in the core, shared with the dispatcher's Kafka fast path.
 from duetime.bus.target_records import (
     ATTEMPT,
+    FENCING_TOKEN,
     IDEMPOTENCY_KEY,
     RUN_ID,
     SCHEDULED_FOR,
@@ -43,6 +46,7 @@ RESERVED_HEADERS = frozenset(
         IDEMPOTENCY_KEY,
         RUN_ID,
         ATTEMPT,
+        FENCING_TOKEN,
         SCHEDULED_FOR,
         USER_AGENT,
         "Host",
@@ -79,6 +83,7 @@ def http_headers(
     *,
     run_id: uuid.UUID,
     attempt: int,
+    fencing_token: int,
     scheduled_for: datetime,
     user_agent: str,
 ) -> list[tuple[str, str]]:
@@ -95,6 +100,6 @@ def http_headers(
             raise InvalidHeader(f"header {name!r} contains CR, LF or NUL")
         if not _is_reserved(name):
             headers.append((name, value))
-    headers.extend(duetime_headers(run_id, attempt, scheduled_for))
+    headers.extend(duetime_headers(run_id, attempt, fencing_token, scheduled_for))
     headers.append((USER_AGENT, user_agent))
     return headers

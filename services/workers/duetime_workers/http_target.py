@@ -64,7 +64,13 @@ class HttpExecutor:
         return url
 
     async def execute(
-        self, target: HttpTarget, *, run_id: uuid.UUID, attempt: int, scheduled_for: datetime
+        self,
+        target: HttpTarget,
+        *,
+        run_id: uuid.UUID,
+        attempt: int,
+        fencing_token: int,
+        scheduled_for: datetime,
     ) -> AttemptOutcome:
         """Send the request once; never raises for anything the target or network does."""
         timeout = target.timeout if target.timeout > timedelta(0) else _DEFAULT_TIMEOUT
@@ -75,6 +81,7 @@ class HttpExecutor:
                 target.headers,
                 run_id=run_id,
                 attempt=attempt,
+                fencing_token=fencing_token,
                 scheduled_for=scheduled_for,
                 user_agent=self._user_agent,
             )

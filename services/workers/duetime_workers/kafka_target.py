@@ -1,8 +1,9 @@
 """Execute a Kafka target once: produce the job's record and wait for the broker's ack.
 
-Success means the broker acknowledged the record (``acks=all``, idempotent producer). The same
-idempotency headers as HTTP targets travel as record headers, because a redelivered attempt
-produces the record again and consumers must be able to drop the duplicate.
+Success means the broker acknowledged the record (``acks=all``; idempotent producer in the
+``prod`` profile, docs/decisions.md 15). The same idempotency and fencing headers as HTTP targets
+travel as record headers, because a redelivered attempt produces the record again and consumers
+must be able to drop the duplicate.
 
 Topics under duetime's own prefix, and Kafka's internal ``__`` topics, are refused: a job that
 could write onto ``duetime.runs.ready`` could forge run events for other tenants.
@@ -30,7 +31,13 @@ class KafkaExecutor:
         self._reserved_prefix = reserved_prefix
 
     async def execute(
-        self, target: KafkaTarget, *, run_id: uuid.UUID, attempt: int, scheduled_for: datetime
+        self,
+        target: KafkaTarget,
+        *,
+        run_id: uuid.UUID,
+        attempt: int,
+        fencing_token: int,
+        scheduled_for: datetime,
     ) -> AttemptOutcome:
         why = topic_refusal(target.topic, self._reserved_prefix)
         if why is not None:
@@ -41,7 +48,7 @@ class KafkaExecutor:
                 target.topic,
                 key,
                 target.value.encode("utf-8"),
-                kafka_headers(run_id, attempt, scheduled_for),
+                kafka_headers(run_id, attempt, fencing_token, scheduled_for),
             )
         except DeliveryFailed as exc:
             return final(str(exc)) if exc.fatal else retryable(str(exc))

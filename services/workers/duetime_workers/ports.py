@@ -54,4 +54,7 @@ class RunEvents(Protocol):
 class TargetExecutor(Protocol):
     """Runs a run's target once. Never raises for target or network failures."""
 
-    async def execute(self, run: RunEvent, attempt: int) -> AttemptOutcome: ...
+    async def execute(self, run: RunEvent, claim: Claim) -> AttemptOutcome:
+        """Execute ``run`` as the attempt ``claim`` granted: the target receives the claim's
+        attempt and fencing token, not the ones the message asked for."""
+        ...

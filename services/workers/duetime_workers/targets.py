@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from duetime.model import HttpTarget, RunEvent
+from duetime.store import Claim
 
 from .http_target import HttpExecutor
 from .kafka_target import KafkaExecutor
@@ -18,12 +19,20 @@ class Targets:
         self._http = http
         self._kafka = kafka
 
-    async def execute(self, run: RunEvent, attempt: int) -> AttemptOutcome:
+    async def execute(self, run: RunEvent, claim: Claim) -> AttemptOutcome:
         target = run.target
         if isinstance(target, HttpTarget):
             return await self._http.execute(
-                target, run_id=run.run_id, attempt=attempt, scheduled_for=run.scheduled_for
+                target,
+                run_id=run.run_id,
+                attempt=claim.attempt,
+                fencing_token=claim.fencing_token,
+                scheduled_for=run.scheduled_for,
             )
         return await self._kafka.execute(
-            target, run_id=run.run_id, attempt=attempt, scheduled_for=run.scheduled_for
+            target,
+            run_id=run.run_id,
+            attempt=claim.attempt,
+            fencing_token=claim.fencing_token,
+            scheduled_for=run.scheduled_for,
         )
