@@ -117,6 +117,7 @@ class DeliveryTracker:
         self._lock = threading.Lock()
         self._acked: list[Any] = []
         self._failed: list[tuple[Any, str]] = []
+        self.produced = 0
 
     def produce(
         self, token: Any, topic: str, key: bytes | None, value: bytes, headers: Headers
@@ -131,6 +132,7 @@ class DeliveryTracker:
         while True:
             try:
                 self._producer.produce(topic, value, key, headers=headers, on_delivery=report)
+                self.produced += 1
                 return
             except BufferError:
                 # Local queue full: serve delivery reports to make room, then try again.

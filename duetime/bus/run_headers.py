@@ -90,6 +90,32 @@ def routing_headers(
     ]
 
 
+class RoutingHeaders:
+    """``routing_headers`` for many records sent at one instant, the shared parts encoded once
+    (the planner's publishing hot path); the same headers in the same order."""
+
+    __slots__ = ("_leading", "_sent")
+
+    def __init__(
+        self, sent_at: datetime, leading: Sequence[tuple[str, str | bytes | None]] = ()
+    ) -> None:
+        self._leading = tuple(leading)
+        self._sent: tuple[str, bytes] = (SENT_AT_MS, str(epoch_ms(sent_at)).encode("ascii"))
+
+    def for_run(
+        self, run_id: str, attempt: int, due_at: datetime, target_kind: str
+    ) -> list[tuple[str, str | bytes | None]]:
+        """``leading`` followed by the routing headers; ``run_id`` in its canonical text form."""
+        return [
+            *self._leading,
+            (RUN_ID, run_id.encode("ascii")),
+            (ATTEMPT, str(attempt).encode("ascii")),
+            (DUE_AT_MS, str(epoch_ms_ceil(due_at)).encode("ascii")),
+            (TARGET_KIND, target_kind.encode("ascii")),
+            self._sent,
+        ]
+
+
 def read_routing(headers: Sequence[tuple[str, bytes | None]] | None) -> RunRouting | None:
     """The routing headers of a record, or None when any required one is missing or malformed."""
     found: dict[str, bytes] = {}

@@ -20,6 +20,7 @@ __all__ = [
     "iso_or_none",
     "job_params",
     "job_record",
+    "retry_from_row",
     "spec_from_row",
     "target_from_json",
     "target_to_data",
@@ -142,9 +143,24 @@ def spec_from_row(row: Any) -> ScheduleSpec:
     )
 
 
+def retry_from_row(row: Any, max_attempts: int) -> RetryPolicy:
+    """The job's backoff from its row's retry columns; the defaults when the job is gone."""
+    if row.retry_initial_ms is None:
+        return RetryPolicy(max_attempts=max_attempts)
+    return RetryPolicy(
+        max_attempts=max_attempts,
+        initial_interval=timedelta(milliseconds=row.retry_initial_ms),
+        multiplier=row.retry_multiplier,
+        max_interval=timedelta(milliseconds=row.retry_max_ms),
+        jitter=row.retry_jitter,
+    )
+
+
 @dataclass(frozen=True)
 class DueJob:
-    """What the planner needs of a due job."""
+    """What the planner needs of a due job: its schedule, and what every run of it carries
+    (target, lease, heartbeat, backoff), so that its runs are published straight from the
+    planning round."""
 
     job_id: str
     tenant: str
@@ -156,6 +172,10 @@ class DueJob:
     max_attempts: int
     next_run_at: datetime
     last_scheduled_for: datetime | None
+    target: Target
+    lease: timedelta
+    heartbeat_interval: timedelta
+    retry: RetryPolicy
 
     @classmethod
     def from_row(cls, row: Any) -> DueJob:
@@ -170,6 +190,10 @@ class DueJob:
             max_attempts=row.max_attempts,
             next_run_at=row.next_run_at,
             last_scheduled_for=row.last_scheduled_for,
+            target=target_from_json(row.target),
+            lease=timedelta(milliseconds=row.lease_ms),
+            heartbeat_interval=timedelta(milliseconds=row.heartbeat_ms),
+            retry=retry_from_row(row, row.max_attempts),
         )
 
 

@@ -17,7 +17,6 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from duetime.errors import StoreError
-from duetime.schedule import RetryPolicy
 
 from .attempts import (
     AttemptEnd,
@@ -36,6 +35,7 @@ from .rows import (
     OutboxRun,
     batch_json,
     iso_or_none,
+    retry_from_row,
     target_from_json,
 )
 
@@ -51,19 +51,6 @@ class NewRun:
     scheduled_for: datetime
     due_at: datetime
     max_attempts: int
-
-
-def _retry_policy(row: Any, max_attempts: int) -> RetryPolicy:
-    """The job's backoff from its row; the defaults when the job is gone."""
-    if row.retry_initial_ms is None:
-        return RetryPolicy(max_attempts=max_attempts)
-    return RetryPolicy(
-        max_attempts=max_attempts,
-        initial_interval=timedelta(milliseconds=row.retry_initial_ms),
-        multiplier=row.retry_multiplier,
-        max_interval=timedelta(milliseconds=row.retry_max_ms),
-        jitter=row.retry_jitter,
-    )
 
 
 class Tx:
@@ -121,7 +108,7 @@ class Tx:
                 target=None if r.job_missing else target_from_json(r.target),
                 lease=timedelta(milliseconds=r.lease_ms or 60_000),
                 heartbeat_interval=timedelta(milliseconds=r.heartbeat_ms or 20_000),
-                retry=_retry_policy(r, r.max_attempts),
+                retry=retry_from_row(r, r.max_attempts),
             )
             for r in rows
         ]
@@ -135,7 +122,7 @@ class Tx:
                 max_attempts=r.max_attempts,
                 lease_token=r.lease_token,
                 worker=r.worker,
-                retry=_retry_policy(r, r.max_attempts),
+                retry=retry_from_row(r, r.max_attempts),
             )
             for r in self._rows("runs_get_expired", {"limit": limit})
         ]
@@ -221,10 +208,10 @@ class Tx:
         }
         return [(r.bucket_end, int(r.jobs)) for r in self._rows("jobs_due_histogram", params)]
 
-    def runs_insert_many(self, runs: Sequence[NewRun]) -> int:
-        """Insert in one statement; returns how many were new (the others existed already)."""
+    def runs_insert_many(self, runs: Sequence[NewRun]) -> set[uuid.UUID]:
+        """Insert in one statement; returns the run ids that were new (the others existed)."""
         if not runs:
-            return 0
+            return set()
         rows = [
             {
                 "run_id": str(r.run_id),
@@ -237,7 +224,7 @@ class Tx:
             }
             for r in runs
         ]
-        return self._exec("runs_insert_many", {"rows": batch_json(rows)})
+        return {r.run_id for r in self._rows("runs_insert_many", {"rows": batch_json(rows)})}
 
     def runs_mark_published_many(self, keys: Sequence[tuple[uuid.UUID, datetime]]) -> int:
         """Mark (run_id, scheduled_for) published and count the publication."""

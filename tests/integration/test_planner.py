@@ -319,3 +319,34 @@ def test_ingest_upserts_by_version_and_rejects_bad_records(
     record = JOB_REJECTIONS.decode(rejected[0].value(), rejected[0].headers())
     assert record.key == b"poison" and record.value == b"\x02garbage"
     assert "not valid Avro" in record.reason
+
+
+def test_runs_the_broker_did_not_acknowledge_stay_in_the_outbox(
+    env: tuple[Settings, Store, Producer],
+) -> None:
+    """The planning round publishes its new runs at once, but marks only what was acknowledged:
+    with the broker unreachable nothing is marked, and the outbox publishes them later."""
+    settings, store, producer = env
+    catalog = TopicCatalog(settings.topic_prefix)
+    with store.tx() as tx:
+        jobs_apply(
+            tx, [_job(f"lost-{i}", schedule={"at": "2020-01-01T00:00:00Z"}) for i in range(3)]
+        )
+    unreachable = Producer({"bootstrap.servers": "127.0.0.1:9", "message.timeout.ms": 500})
+    config = PlannerConfig(lookahead=timedelta(seconds=3), publish_timeout=timedelta(seconds=3))
+    cut_off = Planner(store, unreachable, catalog, config)
+    cut_off.ensure_partitions(datetime.now(UTC).date())
+    stats = cut_off.run_once()
+    assert (stats.runs_created, stats.runs_published) == (3, 0)
+    assert stats.publish_failures >= 3
+    with store.engine.begin() as conn:
+        marked = conn.execute(text("SELECT count(*) FROM runs WHERE published_at IS NOT NULL"))
+        assert marked.scalar_one() == 0
+    healed = Planner(store, producer, catalog, config).run_once()
+    assert (healed.runs_created, healed.runs_published) == (0, 3)
+    messages = _consume_all(settings, list(catalog.due_topics), 3)
+    assert sorted(RUN_EVENTS.decode(m.value()).job_id for m in messages) == [
+        "lost-0",
+        "lost-1",
+        "lost-2",
+    ]

@@ -6,6 +6,7 @@ import uuid
 from datetime import UTC, datetime
 
 from duetime.bus.run_headers import (
+    RoutingHeaders,
     epoch_ms,
     epoch_ms_ceil,
     from_epoch_ms,
@@ -28,6 +29,14 @@ def test_round_trip() -> None:
     assert (routing.run_id, routing.attempt, routing.target_kind) == (RUN_ID, 2, "kafka")
     assert from_epoch_ms(routing.due_at_ms) == due
     assert routing.sent_at_ms == epoch_ms(sent)
+
+
+def test_batch_builder_writes_the_same_headers_after_the_leading_ones() -> None:
+    due = datetime(2026, 12, 31, 23, 59, 59, 250_001, tzinfo=UTC)
+    sent = datetime(2026, 12, 31, 23, 59, 0, 999_999, tzinfo=UTC)
+    leading = [("duetime-schema", b"0123456789abcdef")]
+    built = RoutingHeaders(sent, leading).for_run(str(RUN_ID), 3, due, "http")
+    assert built == leading + routing_headers(RUN_ID, 3, due, "http", sent)
 
 
 def test_a_due_instant_between_milliseconds_is_rounded_up_never_down() -> None:

@@ -78,7 +78,8 @@ RETURNING j.job_id;
 -- due. :pick is larger than :limit so that rows locked elsewhere do not leave the batch short.
 SELECT job_id, tenant, schedule_kind, schedule_expr, time_zone, dst_gap, dst_overlap, start_at,
        window_ms, catch_up, max_catch_up, target_service, max_attempts, next_run_at,
-       last_scheduled_for
+       last_scheduled_for, target, lease_ms, heartbeat_ms, retry_initial_ms, retry_multiplier,
+       retry_max_ms, retry_jitter
 FROM jobs
 WHERE job_id = ANY(ARRAY(
         SELECT job_id FROM jobs
@@ -119,12 +120,15 @@ GROUP BY 1
 ORDER BY 1;
 
 -- name: runs_insert_many
+-- Returns the runs it created: the planner publishes those at once (an existing run is the
+-- outbox's business).
 INSERT INTO runs (run_id, job_id, tenant, target_service, scheduled_for, due_at, max_attempts)
 SELECT u.run_id, u.job_id, u.tenant, u.target_service, u.scheduled_for, u.due_at, u.max_attempts
 FROM json_to_recordset(CAST(:rows AS json)) AS u(
     run_id uuid, job_id text, tenant text, target_service text, scheduled_for timestamptz,
     due_at timestamptz, max_attempts integer)
-ON CONFLICT DO NOTHING;
+ON CONFLICT DO NOTHING
+RETURNING run_id;
 
 -- name: runs_mark_published_many
 -- Only what the broker acknowledged; publish_count feeds the sweeper's exponential grace.

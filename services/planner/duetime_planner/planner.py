@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
@@ -24,15 +25,16 @@ from confluent_kafka import Producer
 
 from duetime.bus.kafka import DeliveryTracker
 from duetime.bus.records import RUN_EVENTS
-from duetime.bus.run_headers import routing_headers
+from duetime.bus.run_headers import RoutingHeaders, routing_headers
+from duetime.bus.run_template import RunTemplate
 from duetime.bus.topics import TopicCatalog
 from duetime.errors import InvalidInput
 from duetime.logs import event
 from duetime.model import HttpTarget, RunEvent
-from duetime.planning import PlanningRate, lookahead_for, plan_jobs
+from duetime.planning import PlannedRun, PlanningRate, lookahead_for, plan_jobs
 from duetime.schedule import ScheduleCache
 from duetime.store import NewRun, Store
-from duetime.store.rows import OutboxRun
+from duetime.store.rows import DueJob, OutboxRun
 
 from .config import PlannerConfig
 
@@ -179,6 +181,7 @@ class Planner:
                 due, now=now, lookahead=lookahead, cache=self.cache, grace=cfg.on_time_grace
             )
             new_runs: list[NewRun] = []
+            planned: list[tuple[DueJob, tuple[PlannedRun, ...]]] = []
             # (job_id, next_run_at, last scheduled_for): written in one statement, not per job.
             advances: list[tuple[str, datetime | None, datetime | None]] = []
             for job, plan in zip(due, plans, strict=True):
@@ -200,6 +203,8 @@ class Planner:
                             max_attempts=job.max_attempts,
                         )
                     )
+                if plan.runs:
+                    planned.append((job, plan.runs))
                 last = plan.runs[-1].scheduled_for if plan.runs else None
                 advances.append((job.job_id, plan.next_run_at, last))
             days = {_utc_day(r.scheduled_for) for r in new_runs} - self._partitions
@@ -213,11 +218,66 @@ class Planner:
                 "runs.planned",
                 jobs=len(due),
                 runs=len(new_runs),
-                inserted=inserted,
+                inserted=len(inserted),
                 lookahead_s=round(lookahead.total_seconds(), 1),
             )
-        stats = PlanStats(jobs_planned=len(due), runs_created=len(new_runs))
+        published = self._publish_planned(planned, inserted, now, now + lookahead)
+        stats = PlanStats(jobs_planned=len(due), runs_created=len(new_runs)) + published
         return stats, len(due) == cfg.batch_size
+
+    def _publish_planned(
+        self,
+        planned: Sequence[tuple[DueJob, tuple[PlannedRun, ...]]],
+        inserted: set[uuid.UUID],
+        now: datetime,
+        horizon: datetime,
+    ) -> PlanStats:
+        """Publish the runs a planning round just created, from what it has in memory.
+
+        The outbox read (``publish_batch``) would fetch the same rows back with their jobs and
+        build each record from scratch; here each job's record bytes are encoded once
+        (``RunTemplate``) and only run id, instants and attempt are added per run. The outbox
+        rule is unchanged: a run is marked published only once the broker acknowledged it, and
+        what is not acknowledged (or due beyond the horizon, or not created by this round) is
+        left to ``publish_batch``. Another planner's outbox read may see these committed, still
+        unpublished runs in the moment before they are marked and publish them too; the
+        dispatcher drops such a copy (same run id and attempt, docs/dispatcher.md).
+        """
+        tracker = DeliveryTracker(self.producer)
+        headers = RoutingHeaders(now, RUN_EVENTS.headers())
+        for job, runs in planned:
+            template: RunTemplate | None = None
+            kind = "http" if isinstance(job.target, HttpTarget) else "kafka"
+            for run in runs:
+                if run.run_id not in inserted or run.due_at > horizon:
+                    continue
+                if template is None:
+                    template = RunTemplate(
+                        job_id=job.job_id,
+                        tenant=job.tenant,
+                        max_attempts=job.max_attempts,
+                        target_service=job.target_service,
+                        target=job.target,
+                        lease=job.lease,
+                        heartbeat_interval=job.heartbeat_interval,
+                        retry=job.retry,
+                    )
+                run_id = str(run.run_id)
+                tracker.produce(
+                    (run.run_id, run.scheduled_for),
+                    self.catalog.tier_for(run.due_at - now),
+                    run_id.encode("ascii"),
+                    template.encode(run_id, run.scheduled_for, run.due_at, 1),
+                    headers.for_run(run_id, 1, run.due_at, kind),
+                )
+        if not tracker.produced:
+            return PlanStats()
+        acked, failed = tracker.wait(self.config.publish_timeout.total_seconds())
+        if acked:
+            with self.store.tx() as tx:
+                tx.runs_mark_published_many(acked)
+        self._log_publish(len(acked), failed, 0)
+        return PlanStats(runs_published=len(acked), publish_failures=len(failed))
 
     def publish_batch(self) -> tuple[PlanStats, bool]:
         """The outbox: publish scheduled runs, mark published only what the broker acknowledged.
