@@ -21,11 +21,12 @@ from typing import Any
 
 import pytest
 
+from duetime.egress.resolver import GuardedResolver
+from duetime.egress.ssrf import IPAddress, TargetRefused
 from duetime.model import HttpTarget
 from duetime_workers.http_target import HttpExecutor
 from duetime_workers.outcome import AttemptOutcome, OutcomeKind
-from duetime_workers.ssrf import IPAddress, TargetRefused
-from duetime_workers.transport import GuardedResolver, make_http_client
+from duetime_workers.transport import make_http_client
 
 RUN_ID = uuid.UUID("6a1f3c2e-0b7d-4e59-9d41-1c2b3a4d5e6f")
 SCHEDULED = datetime(2026, 1, 1, tzinfo=UTC)

@@ -8,8 +8,8 @@ Public API (everything else is private to the package and may change)::
 
 Module map: ``consumer`` (backpressure, commits) → ``attempt`` (claim, lease, complete) →
 ``targets`` → ``http_target`` / ``kafka_target``; pure rules in ``outcome``, ``decision``,
-``ssrf``, ``headers``, ``lease``, ``offsets``; I/O adapters in ``transport``, ``producer``,
-``blocking``, ``announce``.
+``headers``, ``lease``, ``offsets`` (the SSRF policy is ``duetime.egress``); I/O adapters in
+``transport``, ``producer``, ``blocking``, ``announce``.
 """
 
 from .config import WorkerConfig

@@ -16,12 +16,13 @@ from datetime import UTC, datetime, timedelta
 import aiohttp
 from yarl import URL
 
+from duetime.egress.resolver import refused
+from duetime.egress.ssrf import TargetRefused
 from duetime.model import HttpTarget
 
 from .headers import InvalidHeader, http_headers
 from .outcome import AttemptOutcome, final, http_outcome, retryable
-from .ssrf import TargetRefused
-from .transport import HttpClient, refused
+from .transport import HttpClient
 
 __all__ = ["HttpExecutor"]
 

@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from duetime_workers.ssrf import (
+from duetime.egress.ssrf import (
     TargetRefused,
     address_refusal,
     check_addresses,

@@ -8,7 +8,7 @@ the first) matters because the connection may fall back to a later one.
 
 Host spellings that libc's ``inet_aton`` accepts (``2130706433``, ``0x7f000001``, ``127.1``,
 ``0177.0.0.1``) are parsed here the same way, so they are judged as the address they really are.
-The transport (``transport.py``) connects to the exact address this module approved, so DNS
+The resolver (``resolver.py``) hands the HTTP client exactly the addresses approved here, so DNS
 rebinding between the check and the connect cannot swap it.
 
 IPv6 forms that embed an IPv4 address (IPv4-mapped ``::ffff:a.b.c.d``, NAT64 ``64:ff9b::/96``,
