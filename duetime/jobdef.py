@@ -121,7 +121,27 @@ def _seconds(
     return timedelta(seconds=_number(data[key], field, low=low, high=high, integer=False))
 
 
+_SCHEDULES: dict[tuple[tuple[str, Any], ...], ScheduleSpec] = {}
+
+
 def _parse_schedule(value: Any, field: str) -> ScheduleSpec:
+    """A schedule object's spec; memoised by content, as a file of 100k jobs holds a handful of
+    distinct schedules (only a schedule that parsed is remembered, errors are raised each time).
+    """
+    try:
+        key = tuple(value.items()) if type(value) is dict else None
+        found = _SCHEDULES.get(key) if key is not None else None
+    except TypeError:  # a value that is not hashable (a list, an object): parse it in full
+        key = found = None
+    if found is not None:
+        return found
+    spec = _parse_schedule_fields(value, field)
+    if key is not None and len(_SCHEDULES) < 10_000:
+        _SCHEDULES[key] = spec
+    return spec
+
+
+def _parse_schedule_fields(value: Any, field: str) -> ScheduleSpec:
     data = _mapping(value, field)
     kinds = [k for k in ("cron", "interval", "at") if k in data]
     if len(kinds) != 1:
@@ -209,7 +229,12 @@ def _parse_target(value: Any, field: str) -> Target:
     )
 
 
+_DEFAULT_RETRY = RetryPolicy()
+
+
 def _parse_retry(value: Any, field: str) -> RetryPolicy:
+    if type(value) is dict and not value:
+        return _DEFAULT_RETRY  # frozen: one shared instance for every job that sets no retry
     data = _mapping(value, field)
     for key in data:
         if key not in {

@@ -103,3 +103,25 @@ def test_yaml_and_unparsable_files(tmp_path: Path) -> None:
     bad.write_text("jobs: [unclosed\n")
     with pytest.raises(InvalidInput, match="not valid"):
         load_job_file(bad)
+
+
+_HTTP = {"http": {"url": "https://example.com/hook"}}
+
+
+def test_schedules_parsed_once_per_content_still_fail_every_time() -> None:
+    """Many jobs share a schedule object's content: the parsed spec is reused, an invalid
+    schedule is refused for every job that carries it, with that job's field path."""
+    first = parse_job({"id": "a", "schedule": {"cron": "0 0 * * *"}, "target": _HTTP})
+    second = parse_job({"id": "b", "schedule": {"cron": "0 0 * * *"}, "target": _HTTP})
+    other = parse_job(
+        {"id": "c", "schedule": {"cron": "0 0 * * *", "time_zone": "Asia/Tokyo"}, "target": _HTTP}
+    )
+    assert first.schedule is second.schedule
+    assert other.schedule.time_zone == "Asia/Tokyo"
+    for field in ("jobs[0]", "jobs[1]"):
+        with pytest.raises(JobDefinitionError) as raised:
+            parse_job({"id": "d", "schedule": {"cron": "61 * * * *"}, "target": _HTTP}, field)
+        assert raised.value.field.startswith(f"{field}.schedule")
+    unhashable = {"id": "e", "schedule": {"cron": ["0 0 * * *"]}, "target": _HTTP}
+    with pytest.raises(JobDefinitionError, match="non-empty string"):
+        parse_job(unhashable)
