@@ -151,6 +151,10 @@ def test_f2_worker_paused_longer_than_its_lease_cannot_complete(
     assert keys == [f"{run_id}:1", f"{run_id}:2"]
     for request in http_target.matching(path):
         assert request.headers["X-Duetime-Run-Id"] == run_id
+    # The successor carries the higher fencing token: a target keeping the highest it has seen
+    # rejects whatever the zombie sends from now on (docs/targets.md, "Fencing").
+    tokens = [r.headers["X-Duetime-Fencing-Token"] for r in http_target.matching(path)]
+    assert tokens == ["2", "4"]
     # The zombie lives on: it was dropped from the consumer group while stopped and joins it
     # again. (Waiting for that also keeps the teardown from closing it while a JoinGroup is
     # pending, which leaves the group stuck on the embedded broker.)

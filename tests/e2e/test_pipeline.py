@@ -98,6 +98,10 @@ def test_always_failing_target_goes_dead_after_max_attempts(
         (3, "failed", 500),
     ]
     assert len(http_target.matching("/fail/x")) == 3
+    # Each retry, published again by the planner's outbox, reaches the target with a higher
+    # fencing token than the attempt before it.
+    tokens = [r.headers["X-Duetime-Fencing-Token"] for r in http_target.matching("/fail/x")]
+    assert tokens == ["2", "4", "6"]
     # The reaper published it on the dead topic and raised the alert.
     pipeline.wait_until(
         "the dead record",
