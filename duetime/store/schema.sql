@@ -21,6 +21,46 @@ BEGIN
 END;
 $$;
 
+CREATE TABLE public.alert_conditions (
+    kind text NOT NULL,
+    firing boolean DEFAULT false NOT NULL,
+    episode integer DEFAULT 0 NOT NULL,
+    pending_since timestamp with time zone,
+    value double precision,
+    checked_at timestamp with time zone,
+    CONSTRAINT alert_conditions_episode_check CHECK ((episode >= 0)),
+    CONSTRAINT alert_conditions_kind_check CHECK ((kind = ANY (ARRAY['outbox.backlog'::text, 'ready.lag'::text, 'release.lateness'::text])))
+);
+
+CREATE TABLE public.alerts (
+    alert_id bigint NOT NULL,
+    kind text NOT NULL,
+    subject text NOT NULL,
+    tenant text,
+    payload jsonb NOT NULL,
+    state text DEFAULT 'pending'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone,
+    last_error text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    delivered_at timestamp with time zone,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT alerts_attempts_check CHECK ((attempts >= 0)),
+    CONSTRAINT alerts_delivered_has_time CHECK (((state = 'delivered'::text) = (delivered_at IS NOT NULL))),
+    CONSTRAINT alerts_kind_check CHECK ((kind = ANY (ARRAY['run.dead'::text, 'outbox.backlog'::text, 'ready.lag'::text, 'release.lateness'::text]))),
+    CONSTRAINT alerts_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'delivered'::text, 'failed'::text, 'unrouted'::text]))),
+    CONSTRAINT alerts_subject_check CHECK (((length(subject) >= 1) AND (length(subject) <= 200)))
+);
+
+ALTER TABLE public.alerts ALTER COLUMN alert_id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.alerts_alert_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE public.jobs (
     job_id text NOT NULL,
     tenant text DEFAULT 'default'::text NOT NULL,
@@ -149,6 +189,15 @@ CREATE TABLE public.tenants (
     CONSTRAINT tenants_tenant_check CHECK ((tenant ~ '^[a-z0-9][a-z0-9_-]{0,62}$'::text))
 );
 
+ALTER TABLE ONLY public.alert_conditions
+    ADD CONSTRAINT alert_conditions_pkey PRIMARY KEY (kind);
+
+ALTER TABLE ONLY public.alerts
+    ADD CONSTRAINT alerts_dedup_key UNIQUE (kind, subject);
+
+ALTER TABLE ONLY public.alerts
+    ADD CONSTRAINT alerts_pkey PRIMARY KEY (alert_id);
+
 ALTER TABLE ONLY public.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (job_id);
 
@@ -167,6 +216,8 @@ ALTER TABLE ONLY public.targets
 ALTER TABLE ONLY public.tenants
     ADD CONSTRAINT tenants_pkey PRIMARY KEY (tenant);
 
+CREATE INDEX alerts_due_idx ON public.alerts USING btree (next_attempt_at NULLS FIRST) WHERE (state = 'pending'::text);
+
 CREATE INDEX jobs_due_idx ON public.jobs USING btree (shard_id, next_run_at) WHERE ((NOT paused) AND (next_run_at IS NOT NULL));
 
 CREATE INDEX jobs_tenant_idx ON public.jobs USING btree (tenant, job_id);
@@ -176,6 +227,8 @@ CREATE INDEX run_attempts_job_idx ON public.run_attempts USING btree (job_id, st
 CREATE INDEX runs_claimed_head_idx ON ONLY public.runs USING btree (target_service, tenant, due_at DESC, started_at DESC) WHERE (started_at IS NOT NULL);
 
 CREATE INDEX runs_dead_outbox_idx ON ONLY public.runs USING btree (finished_at) WHERE ((state = 'dead'::text) AND (dead_published_at IS NULL));
+
+CREATE INDEX runs_first_start_idx ON ONLY public.runs USING btree (due_at) WHERE ((attempt = 1) AND (state <> 'scheduled'::text));
 
 CREATE INDEX runs_job_idx ON ONLY public.runs USING btree (job_id, scheduled_for DESC);
 
