@@ -17,8 +17,9 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from duetime.credentials import SECRET_NAME_PATTERN, is_credential_header
 from duetime.errors import InvalidInput, JobDefinitionError
-from duetime.model import HttpTarget, JobDefinition, KafkaTarget, Target
+from duetime.model import HeaderValue, HttpTarget, JobDefinition, KafkaTarget, SecretRef, Target
 from duetime.schedule import RetryPolicy, ScheduleCache, ScheduleSpec
 
 __all__ = [
@@ -37,6 +38,8 @@ MAX_BODY_BYTES = 256 * 1024
 MAX_URL_LENGTH = 2083
 MAX_HEADERS = 64
 MAX_HEADER_BYTES = 16 * 1024
+MAX_SECRET_PREFIX = 256
+_SECRET_EXAMPLE = '{"secret": "billing-api-token", "prefix": "Bearer "}'
 # duetime sets these itself; a job may not override them.
 _RESERVED_HEADERS = frozenset(
     {
@@ -183,15 +186,39 @@ def _instant(value: Any, field: str) -> datetime:
     return moment
 
 
-def _parse_headers(value: Any, field: str) -> tuple[tuple[str, str], ...]:
+def _parse_headers(value: Any, field: str) -> tuple[tuple[str, HeaderValue], ...]:
+    """A header's value is a string, or ``{"secret": NAME, "prefix": TEXT}`` naming a secret
+    the worker holds (docs/targets.md, "Secrets"); ``validate_job`` checks both."""
     data = _mapping(value, field)
     if len(data) > MAX_HEADERS:
         raise _fail(field, f"has more than {MAX_HEADERS} headers")
-    headers = tuple((str(k), v) for k, v in data.items())
-    for name, header_value in headers:
-        if not isinstance(header_value, str):
-            raise _fail(f"{field}.{name}", "header values must be strings")
-    return headers
+    headers: list[tuple[str, HeaderValue]] = []
+    for key, header_value in data.items():
+        name = str(key)
+        if isinstance(header_value, str):
+            headers.append((name, header_value))
+        elif isinstance(header_value, Mapping):
+            headers.append((name, _parse_secret_ref(header_value, f"{field}.{name}")))
+        else:
+            raise _fail(
+                f"{field}.{name}",
+                f"must be a string or a secret reference such as {_SECRET_EXAMPLE}",
+            )
+    return tuple(headers)
+
+
+def _parse_secret_ref(data: Mapping[Any, Any], field: str) -> SecretRef:
+    for key in data:
+        if key not in ("secret", "prefix"):
+            raise _fail(f"{field}.{key}", "is not a secret reference field (secret, prefix)")
+    if "secret" not in data:
+        raise _fail(f"{field}.secret", "is missing: name the secret the workers hold")
+    name, prefix = data["secret"], data.get("prefix", "")
+    if not isinstance(name, str):
+        raise _fail(f"{field}.secret", "must be a string (the name of a secret)")
+    if not isinstance(prefix, str):
+        raise _fail(f"{field}.prefix", "must be a string")
+    return SecretRef(name=name, prefix=prefix)
 
 
 def _parse_target(value: Any, field: str) -> Target:
@@ -390,11 +417,37 @@ def _validate_target(target: Target, field: str) -> None:
             raise _fail(
                 f"{field}.http.headers.{name}", "is set by duetime and cannot be overridden"
             )
-        if any(ch in value for ch in "\r\n\x00"):
-            raise _fail(f"{field}.http.headers.{name}", "must not contain CR, LF or NUL")
-        total += len(name) + len(value)
+        if isinstance(value, SecretRef):
+            _validate_secret_ref(value, f"{field}.http.headers.{name}")
+            text = value.prefix
+            total += len(value.name)
+        elif is_credential_header(name):
+            # The reason never quotes the value: it goes to jobs.rejected and to logs.
+            raise _fail(
+                f"{field}.http.headers.{name}",
+                "carries a credential, and a job definition must not hold one (it is stored "
+                "and sent on the topics in clear): name a secret the workers hold instead, "
+                f'such as {_SECRET_EXAMPLE} (docs/targets.md, "Secrets")',
+            )
+        else:
+            if any(ch in value for ch in "\r\n\x00"):
+                raise _fail(f"{field}.http.headers.{name}", "must not contain CR, LF or NUL")
+            text = value
+        total += len(name) + len(text)
     if total > MAX_HEADER_BYTES:
         raise _fail(f"{field}.http.headers", f"are larger than {MAX_HEADER_BYTES} bytes in total")
+
+
+def _validate_secret_ref(ref: SecretRef, field: str) -> None:
+    if not SECRET_NAME_PATTERN.match(ref.name):
+        raise _fail(
+            f"{field}.secret",
+            "use 1-128 characters from A-Z a-z 0-9 . _ - (first: letter or digit)",
+        )
+    if len(ref.prefix) > MAX_SECRET_PREFIX:
+        raise _fail(f"{field}.prefix", f"is longer than {MAX_SECRET_PREFIX} characters")
+    if any(ch in ref.prefix for ch in "\r\n\x00"):
+        raise _fail(f"{field}.prefix", "must not contain CR, LF or NUL")
 
 
 def parse_jobs(document: Any) -> list[JobDefinition]:

@@ -16,11 +16,13 @@ from duetime.schedule import RetryPolicy, ScheduleSpec
 __all__ = [
     "RUN_ID_NAMESPACE",
     "TERMINAL_STATES",
+    "HeaderValue",
     "HttpTarget",
     "JobDefinition",
     "KafkaTarget",
     "RunEvent",
     "RunState",
+    "SecretRef",
     "Target",
     "run_id_for",
 ]
@@ -61,12 +63,28 @@ def run_id_for(job_id: str, scheduled_for: datetime) -> uuid.UUID:
 
 
 @dataclass(frozen=True)
+class SecretRef:
+    """A header value the worker fills in at call time: ``prefix`` + the secret ``name``'s value.
+
+    Only the name is stored and travels on the topics; the value lives with the workers
+    (``duetime.credentials`` has the rules, docs/targets.md "Secrets" the why).
+    """
+
+    name: str
+    prefix: str = ""
+
+
+#: A job header's value: a literal, or a reference to a secret the worker holds.
+HeaderValue = str | SecretRef
+
+
+@dataclass(frozen=True)
 class HttpTarget:
     """Call an HTTP endpoint. 2xx = success; 4xx is final except 408 and 429."""
 
     url: str
     method: str = "POST"
-    headers: tuple[tuple[str, str], ...] = ()
+    headers: tuple[tuple[str, HeaderValue], ...] = ()
     body: str | None = None
     timeout: timedelta = timedelta(seconds=30)
     kind: Literal["http"] = "http"

@@ -9,7 +9,15 @@ from typing import Any
 from duetime.errors import CodecError, InvalidInput
 from duetime.events import JobRejected, JobTombstone, RunDead, RunHeartbeat, RunResult
 from duetime.jobdef import validate_job
-from duetime.model import HttpTarget, JobDefinition, KafkaTarget, RunEvent, Target
+from duetime.model import (
+    HeaderValue,
+    HttpTarget,
+    JobDefinition,
+    KafkaTarget,
+    RunEvent,
+    SecretRef,
+    Target,
+)
 from duetime.schedule import RetryPolicy, ScheduleSpec
 
 from .codec import AvroCodec
@@ -25,6 +33,7 @@ __all__ = [
 
 _HTTP = "duetime.HttpTarget"
 _KAFKA = "duetime.KafkaTarget"
+_SECRET_REF = "duetime.SecretRef"
 
 
 def _ms(value: timedelta) -> int:
@@ -42,11 +51,25 @@ def _target_to(target: Target) -> tuple[str, dict[str, Any]]:
         return _HTTP, {
             "url": target.url,
             "method": target.method,
-            "headers": [{"name": n, "value": v} for n, v in target.headers],
+            "headers": [{"name": n, "value": _header_value_to(v)} for n, v in target.headers],
             "body": target.body,
             "timeout_ms": _ms(target.timeout),
         }
     return _KAFKA, {"topic": target.topic, "key": target.key, "value": target.value}
+
+
+def _header_value_to(value: HeaderValue) -> str | tuple[str, dict[str, str]]:
+    if isinstance(value, SecretRef):
+        return _SECRET_REF, {"name": value.name, "prefix": value.prefix}
+    return value
+
+
+def _header_value_from(value: Any) -> HeaderValue:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, tuple) and len(value) == 2 and value[0] == _SECRET_REF:
+        return SecretRef(name=value[1]["name"], prefix=value[1]["prefix"])
+    raise CodecError("target.headers: a value is neither a string nor a SecretRef")
 
 
 def _target_from(value: Any) -> Target:
@@ -57,7 +80,7 @@ def _target_from(value: Any) -> Target:
         return HttpTarget(
             url=record["url"],
             method=record["method"],
-            headers=tuple((h["name"], h["value"]) for h in record["headers"]),
+            headers=tuple((h["name"], _header_value_from(h["value"])) for h in record["headers"]),
             body=record["body"],
             timeout=timedelta(milliseconds=record["timeout_ms"]),
         )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from datetime import UTC, datetime, timedelta
 
-from duetime.model import HttpTarget, Target
+from duetime.model import HeaderValue, HttpTarget, SecretRef, Target
 from duetime.schedule import RetryPolicy
 
 from .records import RUN_EVENTS
@@ -103,12 +103,20 @@ def _micros(instant: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+def _header_value(value: HeaderValue) -> bytes:
+    """Header.value is the union ["string", SecretRef]: branch 0 a literal, branch 1 a reference
+    (its name, then its prefix)."""
+    if isinstance(value, SecretRef):
+        return _varint(1) + _string(value.name) + _string(value.prefix)
+    return _varint(0) + _string(value)
+
+
 def _target(target: Target) -> bytes:
     if isinstance(target, HttpTarget):
         parts = [_varint(0), _string(target.url), _string(target.method)]
         if target.headers:
             parts.append(_varint(len(target.headers)))
-            parts.extend(_string(name) + _string(value) for name, value in target.headers)
+            parts.extend(_string(name) + _header_value(value) for name, value in target.headers)
         parts += [_varint(0), _optional(target.body), _varint(_ms(target.timeout))]
         return b"".join(parts)
     return b"".join(

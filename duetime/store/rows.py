@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from duetime.model import HttpTarget, JobDefinition, KafkaTarget, Target
+from duetime.model import HeaderValue, HttpTarget, JobDefinition, KafkaTarget, SecretRef, Target
 from duetime.schedule import RetryPolicy, ScheduleSpec
 from duetime.sharding import shard_for
 
@@ -35,12 +35,26 @@ def target_to_data(target: Target) -> dict[str, Any]:
             "http": {
                 "url": target.url,
                 "method": target.method,
-                "headers": [[n, v] for n, v in target.headers],
+                "headers": [[n, _header_value_to_data(v)] for n, v in target.headers],
                 "body": target.body,
                 "timeout_ms": _ms(target.timeout),
             }
         }
     return {"kafka": {"topic": target.topic, "key": target.key, "value": target.value}}
+
+
+def _header_value_to_data(value: HeaderValue) -> str | dict[str, str]:
+    """A literal stays a string; a secret reference is stored as the job file writes it
+    (``{"secret": NAME, "prefix": TEXT}``), and only the reference: the value is the workers'."""
+    if isinstance(value, SecretRef):
+        return {"secret": value.name, "prefix": value.prefix}
+    return value
+
+
+def _header_value_from_data(value: Any) -> HeaderValue:
+    if isinstance(value, str):
+        return value
+    return SecretRef(name=value["secret"], prefix=value.get("prefix", ""))
 
 
 def target_to_json(target: Target) -> str:
@@ -54,7 +68,7 @@ def target_from_json(value: Any) -> Target:
         return HttpTarget(
             url=h["url"],
             method=h["method"],
-            headers=tuple((n, v) for n, v in h["headers"]),
+            headers=tuple((n, _header_value_from_data(v)) for n, v in h["headers"]),
             body=h["body"],
             timeout=timedelta(milliseconds=h["timeout_ms"]),
         )

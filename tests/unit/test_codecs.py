@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import random
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,10 +19,11 @@ from duetime.bus.records import (
     RUN_HEARTBEATS,
     RUN_RESULTS,
 )
-from duetime.errors import CodecError, InvalidInput
+from duetime.errors import CodecError, InvalidInput, JobDefinitionError
 from duetime.events import JobRejected, JobTombstone, RunDead, RunHeartbeat, RunResult
 from duetime.jobdef import parse_job
-from duetime.model import HttpTarget, KafkaTarget, RunEvent, run_id_for
+from duetime.model import HttpTarget, JobDefinition, KafkaTarget, RunEvent, SecretRef, run_id_for
+from duetime.store.rows import target_from_json, target_to_json
 
 T0 = datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
 
@@ -153,3 +155,69 @@ def test_semantically_invalid_job_record_names_the_field() -> None:
     with pytest.raises(InvalidInput) as info:
         JOB_DEFINITIONS.decode(buffer.getvalue())
     assert "time_zone" in info.value.field
+
+
+# --- secret references: only the name travels ------------------------------------------------
+_SECRET_TARGET = HttpTarget(
+    url="https://billing.example.com/run",
+    headers=(
+        ("Authorization", SecretRef(name="billing-api-token", prefix="Bearer ")),
+        ("X-Api-Key", SecretRef(name="billing.key")),
+        ("X-Team", "billing"),
+    ),
+)
+
+
+def test_secret_references_round_trip_on_the_run_topics_and_in_the_store() -> None:
+    run = _run(_SECRET_TARGET)
+    data = RUN_EVENTS.encode(run)
+    assert RUN_EVENTS.decode(data, RUN_EVENTS.headers()) == run
+    assert b"billing-api-token" in data and b"Bearer " in data
+    assert target_from_json(target_to_json(_SECRET_TARGET)) == _SECRET_TARGET
+    # The store keeps the reference as a job file writes it.
+    assert '["Authorization", {"secret": "billing-api-token", "prefix": "Bearer "}]' in (
+        target_to_json(_SECRET_TARGET)
+    )
+
+
+def _job_with(target: HttpTarget) -> JobDefinition:
+    """A valid job whose target is replaced without validation (as a foreign producer might)."""
+    job = parse_job(
+        {
+            "id": "billing-daily",
+            "version": 3,
+            "schedule": {"cron": "0 9 * * *"},
+            "target": {"http": {"url": "https://billing.example.com/run"}},
+        }
+    )
+    return replace(job, target=target)
+
+
+def test_secret_references_round_trip_on_the_jobs_topic() -> None:
+    job = _job_with(_SECRET_TARGET)
+    data = JOB_DEFINITIONS.encode(job)
+    assert JOB_DEFINITIONS.decode(data, JOB_DEFINITIONS.headers()) == job
+
+
+def test_a_literal_credential_on_the_jobs_topic_is_refused_with_its_field() -> None:
+    """The jobs topic validates as a file does: the ingest sends such a record to
+    jobs.rejected with this field and reason (and the reason does not quote the value)."""
+    literal = HttpTarget(
+        url="https://billing.example.com/run", headers=(("Authorization", "Bearer abc123xyz"),)
+    )
+    data = JOB_DEFINITIONS.encode(_job_with(literal))
+    with pytest.raises(JobDefinitionError) as info:
+        JOB_DEFINITIONS.decode(data, JOB_DEFINITIONS.headers())
+    assert info.value.field == "job.target.http.headers.Authorization"
+    assert '{"secret"' in info.value.reason and "abc123xyz" not in info.value.reason
+
+
+def test_a_bad_secret_name_on_the_jobs_topic_is_refused() -> None:
+    bad = HttpTarget(
+        url="https://billing.example.com/run",
+        headers=(("Authorization", SecretRef(name="../../etc/shadow")),),
+    )
+    data = JOB_DEFINITIONS.encode(_job_with(bad))
+    with pytest.raises(JobDefinitionError) as info:
+        JOB_DEFINITIONS.decode(data, JOB_DEFINITIONS.headers())
+    assert info.value.field == "job.target.http.headers.Authorization.secret"

@@ -11,7 +11,7 @@ import pytest
 
 from duetime.errors import InvalidInput, JobDefinitionError
 from duetime.jobdef import load_job_file, parse_job, parse_jobs
-from duetime.model import HttpTarget, KafkaTarget
+from duetime.model import HttpTarget, KafkaTarget, SecretRef
 
 
 def _job(**overrides: Any) -> dict[str, Any]:
@@ -125,3 +125,103 @@ def test_schedules_parsed_once_per_content_still_fail_every_time() -> None:
     unhashable = {"id": "e", "schedule": {"cron": ["0 0 * * *"]}, "target": _HTTP}
     with pytest.raises(JobDefinitionError, match="non-empty string"):
         parse_job(unhashable)
+
+
+# --- secret header values: references accepted, literal credentials refused -------------------
+def _with_headers(headers: Any) -> dict[str, Any]:
+    return _job(target={"http": {"url": "https://billing.example.com/run", "headers": headers}})
+
+
+def test_a_header_may_name_a_secret_instead_of_holding_it() -> None:
+    job = parse_job(
+        _with_headers(
+            {
+                "Authorization": {"secret": "billing-api-token", "prefix": "Bearer "},
+                "X-Api-Key": {"secret": "billing.key_2"},
+                "X-Team": "billing",
+            }
+        )
+    )
+    assert isinstance(job.target, HttpTarget)
+    assert job.target.headers == (
+        ("Authorization", SecretRef(name="billing-api-token", prefix="Bearer ")),
+        ("X-Api-Key", SecretRef(name="billing.key_2")),
+        ("X-Team", "billing"),
+    )
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Authorization",
+        "authorization",
+        "Proxy-Authorization",
+        "X-Authorization",
+        "Cookie",
+        "X-Api-Key",
+        "Api-Key",
+        "apikey",
+        "X-Auth-Token",
+        "X-Vault-Token",
+        "X-Client-Secret",
+        "X-Db-Password",
+        "X-Credentials",
+    ],
+)
+def test_a_literal_credential_is_refused_and_the_error_shows_the_way(name: str) -> None:
+    with pytest.raises(JobDefinitionError) as info:
+        parse_job(_with_headers({name: "Bearer s3cr3t-value"}))
+    assert info.value.field == f"job.target.http.headers.{name}"
+    if name.lower() != "proxy-authorization":  # a hop-by-hop header duetime never passes on
+        assert '{"secret": "' in info.value.reason
+        assert "docs/targets.md" in info.value.reason
+    assert "s3cr3t-value" not in str(info.value)
+
+
+def test_a_file_with_one_literal_credential_is_refused_as_a_whole(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.json"
+    good = _job(id="a")
+    bad = _job(id="b")
+    bad["target"]["http"]["headers"] = {"Authorization": "Basic dXNlcjpwYXNz"}
+    path.write_text(json.dumps({"jobs": [good, bad]}))
+    with pytest.raises(JobDefinitionError) as info:
+        load_job_file(path)
+    assert info.value.field == "jobs[1].target.http.headers.Authorization"
+    assert "dXNlcjpwYXNz" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["X-Team", "X-Routing-Key", "Content-Type", "Accept", "X-Request-Source", "X-Author-Name"],
+)
+def test_ordinary_headers_stay_literal(header: str) -> None:
+    job = parse_job(_with_headers({header: "some value"}))
+    assert isinstance(job.target, HttpTarget)
+    assert job.target.headers == ((header, "some value"),)
+
+
+@pytest.mark.parametrize(
+    ("value", "field", "reason"),
+    [
+        ({"secret": "../etc/passwd"}, "Authorization.secret", "use 1-128 characters"),
+        ({"secret": ".hidden"}, "Authorization.secret", "use 1-128 characters"),
+        ({"secret": "a/b"}, "Authorization.secret", "use 1-128 characters"),
+        ({"secret": "has space"}, "Authorization.secret", "use 1-128 characters"),
+        ({"secret": "x" * 129}, "Authorization.secret", "use 1-128 characters"),
+        ({"secret": ""}, "Authorization.secret", "use 1-128 characters"),
+        ({"secret": "tok\x00en"}, "Authorization.secret", "use 1-128 characters"),
+        ({"secret": 42}, "Authorization.secret", "must be a string"),
+        ({"prefix": "Bearer "}, "Authorization.secret", "is missing"),
+        ({"secret": "tok", "value": "x"}, "Authorization.value", "not a secret reference field"),
+        ({"secret": "tok", "prefix": "Bearer\r\nX-Evil: 1 "}, "Authorization.prefix", "CR, LF"),
+        ({"secret": "tok", "prefix": 7}, "Authorization.prefix", "must be a string"),
+        ({"secret": "tok", "prefix": "p" * 257}, "Authorization.prefix", "longer than 256"),
+        (["tok"], "Authorization", "must be a string or a secret reference"),
+        (12345, "Authorization", "must be a string or a secret reference"),
+    ],
+)
+def test_bad_secret_references_name_the_field(value: Any, field: str, reason: str) -> None:
+    with pytest.raises(JobDefinitionError) as info:
+        parse_job(_with_headers({"Authorization": value}))
+    assert info.value.field == f"job.target.http.headers.{field}"
+    assert reason in info.value.reason

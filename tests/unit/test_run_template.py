@@ -6,12 +6,13 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from duetime.bus.records import RUN_EVENTS
 from duetime.bus.run_template import RunTemplate
-from duetime.model import HttpTarget, KafkaTarget, RunEvent
+from duetime.model import HttpTarget, KafkaTarget, RunEvent, SecretRef
 from duetime.schedule import RetryPolicy
 
 _instants = st.datetimes(
@@ -19,14 +20,17 @@ _instants = st.datetimes(
     max_value=datetime(2200, 1, 1),
     timezones=st.sampled_from([UTC, ZoneInfo("America/New_York"), ZoneInfo("Asia/Kolkata")]),
 )
+# A header's value is a literal or a reference to a secret (the union in duetime.HttpTarget.avsc).
+_header_values = st.one_of(
+    st.text(max_size=8),
+    st.builds(SecretRef, name=st.text(max_size=8), prefix=st.text(max_size=8)),
+)
 _targets = st.one_of(
     st.builds(
         HttpTarget,
         url=st.text(min_size=1, max_size=40),
         method=st.sampled_from(["GET", "POST"]),
-        headers=st.lists(st.tuples(st.text(max_size=8), st.text(max_size=8)), max_size=3).map(
-            tuple
-        ),
+        headers=st.lists(st.tuples(st.text(max_size=8), _header_values), max_size=3).map(tuple),
         body=st.one_of(st.none(), st.text(max_size=50)),
         timeout=st.integers(1, 10**6).map(lambda ms: timedelta(milliseconds=ms)),
     ),
@@ -92,13 +96,26 @@ def test_template_bytes_equal_the_codec(
     assert RUN_EVENTS.decode(data) == RUN_EVENTS.decode(RUN_EVENTS.encode(run))
 
 
-def test_one_template_serves_every_run_of_its_job() -> None:
-    target = KafkaTarget(topic="events", key="k", value="{}")
+@pytest.mark.parametrize(
+    "target",
+    [
+        KafkaTarget(topic="events", key="k", value="{}"),
+        HttpTarget(
+            url="https://billing.example.com/run",
+            headers=(
+                ("X-Team", "billing"),
+                ("Authorization", SecretRef(name="billing-api-token", prefix="Bearer ")),
+            ),
+        ),
+    ],
+    ids=["kafka", "http-with-secret-reference"],
+)
+def test_one_template_serves_every_run_of_its_job(target: HttpTarget | KafkaTarget) -> None:
     template = RunTemplate(
         job_id="job-1",
         tenant="acme",
         max_attempts=3,
-        target_service="kafka:events",
+        target_service="svc",
         target=target,
         lease=timedelta(seconds=60),
         heartbeat_interval=timedelta(seconds=20),

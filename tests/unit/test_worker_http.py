@@ -23,10 +23,11 @@ import pytest
 
 from duetime.egress.resolver import GuardedResolver
 from duetime.egress.ssrf import IPAddress, TargetRefused
-from duetime.model import HttpTarget
+from duetime.model import HttpTarget, SecretRef
 from duetime_workers.http_target import HttpExecutor
 from duetime_workers.outcome import AttemptOutcome, OutcomeKind
-from duetime_workers.transport import make_http_client
+from duetime_workers.secret_store import SecretStore
+from duetime_workers.transport import HttpClient, make_http_client
 
 RUN_ID = uuid.UUID("6a1f3c2e-0b7d-4e59-9d41-1c2b3a4d5e6f")
 SCHEDULED = datetime(2026, 1, 1, tzinfo=UTC)
@@ -48,6 +49,11 @@ class _Server:
                     time.sleep(2)
                 first = self.path.strip("/").split("/")[0]
                 status = int(first) if first.isdigit() else 200
+                if first == "echo-auth":  # a target that quotes the credential back in its reason
+                    self.send_response(500, f"bad {self.headers.get('Authorization')}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 self.send_response(status)
                 if status in (302,):
                     self.send_header("Location", "http://169.254.169.254/latest/meta-data/")
@@ -316,3 +322,97 @@ async def test_https_to_a_pinned_address_still_verifies_the_name(
     assert good.succeeded, good
     assert bad.kind is OutcomeKind.RETRYABLE
     assert bad.error and "CERTIFICATE_VERIFY_FAILED" in bad.error
+
+
+# --- secret header values ----------------------------------------------------------------------
+@pytest.fixture
+async def secret_executor(tmp_path: Path) -> AsyncIterator[HttpExecutor]:
+    (tmp_path / "billing-api-token").write_text("s3cr3t-token-value\n")
+    secrets = SecretStore(
+        directory=tmp_path,
+        environ={"DUETIME_SECRET_CRM_KEY": "crm-key-value"},
+        worker_id="w-http",
+    )
+    client = make_http_client(allow_private=True, max_connections=4)
+    yield HttpExecutor(client, "ua", secrets=secrets)
+    await client.aclose()
+
+
+async def test_secret_references_are_resolved_into_the_request(
+    server: _Server, secret_executor: HttpExecutor
+) -> None:
+    target = HttpTarget(
+        url=f"http://127.0.0.1:{server.port}/hook",
+        headers=(
+            ("Authorization", SecretRef("billing-api-token", "Bearer ")),
+            ("X-Api-Key", SecretRef("crm-key")),
+            ("X-Team", "billing"),
+        ),
+    )
+    assert (await _call(secret_executor, target)).succeeded
+    ((_method, _path, headers, _body),) = server.seen
+    assert headers["Authorization"] == "Bearer s3cr3t-token-value"
+    assert headers["X-Api-Key"] == "crm-key-value"
+    assert headers["X-Team"] == "billing"
+
+
+async def test_a_missing_secret_fails_the_attempt_as_retryable_before_any_call(
+    server: _Server, secret_executor: HttpExecutor
+) -> None:
+    target = HttpTarget(
+        url=f"http://127.0.0.1:{server.port}/hook",
+        headers=(("Authorization", SecretRef("not-provisioned", "Bearer ")),),
+    )
+    outcome = await _call(secret_executor, target)
+    assert outcome.kind is OutcomeKind.RETRYABLE
+    assert outcome.error is not None
+    assert outcome.error.startswith("secret 'not-provisioned' not found on worker w-http (")
+    assert "DUETIME_SECRET_NOT_PROVISIONED" in outcome.error
+    assert server.seen == []
+
+
+async def test_without_a_secret_store_a_reference_is_not_found(server: _Server) -> None:
+    client = make_http_client(allow_private=True, max_connections=2)
+    try:
+        target = HttpTarget(
+            url=f"http://127.0.0.1:{server.port}/hook",
+            headers=(("Authorization", SecretRef("tok")),),
+        )
+        outcome = await _call(HttpExecutor(client, "ua"), target)
+    finally:
+        await client.aclose()
+    assert outcome.kind is OutcomeKind.RETRYABLE
+    assert outcome.error and "secret 'tok' not found" in outcome.error
+    assert server.seen == []
+
+
+async def test_a_secret_echoed_by_the_target_is_redacted_from_the_error(
+    server: _Server, secret_executor: HttpExecutor
+) -> None:
+    target = HttpTarget(
+        url=f"http://127.0.0.1:{server.port}/echo-auth",
+        headers=(("Authorization", SecretRef("billing-api-token", "Bearer ")),),
+    )
+    outcome = await _call(secret_executor, target)
+    assert (outcome.kind, outcome.status_code) == (OutcomeKind.RETRYABLE, 500)
+    assert outcome.error == "HTTP 500 bad Bearer [secret]"
+
+
+async def test_an_unexpected_error_quoting_a_secret_is_redacted(tmp_path: Path) -> None:
+    """The attempt runner logs an executor's unexpected exception with its repr."""
+    (tmp_path / "tok").write_text("s3cr3t-token-value")
+
+    class Exploding:
+        def request(self, method: str, url: Any, *, headers: Any, **_: Any) -> Any:
+            raise KeyError(f"cannot send {headers}")
+
+    client = HttpClient(Exploding(), GuardedResolver(allow_private=True))  # type: ignore[arg-type]
+    executor = HttpExecutor(
+        client, "ua", secrets=SecretStore(directory=tmp_path, environ={}, worker_id="w")
+    )
+    target = HttpTarget(url="http://127.0.0.1:1/", headers=(("Authorization", SecretRef("tok")),))
+    with pytest.raises(RuntimeError) as info:
+        await _call(executor, target)
+    assert "s3cr3t-token-value" not in repr(info.value)
+    assert "KeyError" in str(info.value) and "[secret]" in str(info.value)
+    assert info.value.__cause__ is None and info.value.__suppress_context__

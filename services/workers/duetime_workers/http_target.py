@@ -1,5 +1,10 @@
 """Execute an HTTP target once and classify what happened (``outcome.py`` has the rules).
 
+Secret header values (``SecretRef``) are resolved here, at call time, from the worker's own
+secrets (``secret_store.py``); a secret the worker cannot produce fails the attempt as retryable
+(another worker, or this one once the operator adds it, may have it), and whatever the attempt
+reports afterwards has the values used replaced by ``[secret]``.
+
 The whole exchange runs under one total deadline (the target's timeout): per-phase timeouts
 (connect, each read) would let a target that trickles one byte every few seconds hold a slot
 forever. The response body is not read; the status and ``Retry-After`` are all the decision
@@ -10,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import aiohttp
@@ -22,6 +28,7 @@ from duetime.model import HttpTarget
 
 from .headers import InvalidHeader, http_headers
 from .outcome import AttemptOutcome, final, http_outcome, retryable
+from .secret_store import SecretStore, SecretUnavailable, redact
 from .transport import HttpClient
 
 __all__ = ["HttpExecutor"]
@@ -46,10 +53,15 @@ class HttpExecutor:
         client: HttpClient,
         user_agent: str,
         now: Callable[[], datetime] = _utc_now,
+        secrets: SecretStore | None = None,
     ) -> None:
         self._client = client
         self._user_agent = user_agent
         self._now = now
+        # Without a store every reference fails the attempt as "not found".
+        if secrets is None:
+            secrets = SecretStore(directory=None, environ={}, worker_id="-")
+        self._secrets = secrets
 
     def _url(self, target: HttpTarget) -> URL:
         try:
@@ -74,12 +86,11 @@ class HttpExecutor:
         scheduled_for: datetime,
     ) -> AttemptOutcome:
         """Send the request once; never raises for anything the target or network does."""
-        timeout = target.timeout if target.timeout > timedelta(0) else _DEFAULT_TIMEOUT
-        seconds = timeout.total_seconds()
         try:
             url = self._url(target)
+            job_headers, secrets = self._secrets.resolve(target.headers)
             headers = http_headers(
-                target.headers,
+                job_headers,
                 run_id=run_id,
                 attempt=attempt,
                 fencing_token=fencing_token,
@@ -93,6 +104,25 @@ class HttpExecutor:
             return final(f"invalid target: {exc}")
         except TargetRefused as exc:
             return final(str(exc))
+        except SecretUnavailable as exc:
+            return retryable(str(exc))
+        if not secrets:
+            return await self._send(target, url, headers)
+        try:
+            outcome = await self._send(target, url, headers)
+        except Exception as exc:
+            # An unexpected error is logged by the attempt runner with its repr, which may quote
+            # a header value: pass on its type and its redacted text only.
+            raise RuntimeError(redact(repr(exc), secrets)) from None
+        if outcome.error is None:
+            return outcome
+        return replace(outcome, error=redact(outcome.error, secrets))
+
+    async def _send(
+        self, target: HttpTarget, url: URL, headers: Sequence[tuple[str, str]]
+    ) -> AttemptOutcome:
+        timeout = target.timeout if target.timeout > timedelta(0) else _DEFAULT_TIMEOUT
+        seconds = timeout.total_seconds()
         body = target.body.encode("utf-8") if target.body is not None else None
         try:
             async with (
