@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-__all__ = ["DUE_TIERS", "TopicCatalog", "TopicSpec"]
+__all__ = ["DUE_TIERS", "WORKERS_GROUP", "TopicCatalog", "TopicSpec"]
 
 # (tier name, the longest delay that goes to it). The last tier takes everything further out.
 DUE_TIERS: tuple[tuple[str, timedelta], ...] = (
@@ -18,6 +18,8 @@ DUE_TIERS: tuple[tuple[str, timedelta], ...] = (
     ("5m", timedelta(minutes=5)),
     ("1h", timedelta(hours=1)),
 )
+# The workers' consumer group on runs.ready, after the prefix (decision 16 in docs/decisions.md).
+WORKERS_GROUP = "workers"
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,11 @@ class TopicCatalog:
     @property
     def dead(self) -> str:
         return f"{self.prefix}runs.dead"
+
+    @property
+    def workers_group(self) -> str:
+        """The consumer group the workers share on ``runs.ready``."""
+        return f"{self.prefix}{WORKERS_GROUP}"
 
     def tier_for(self, delay: timedelta) -> str:
         """The due topic for a run published ``delay`` before its due time."""

@@ -1,4 +1,4 @@
-"""Reaper settings."""
+"""Reaper settings (alert settings: ``alert_config``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,3 @@ class ReaperConfig:
     tick_interval: timedelta = timedelta(milliseconds=500)
     batch_size: int = 500
     publish_timeout: timedelta = timedelta(seconds=10)
-    # POSTed a JSON body for every dead run, in addition to the log line and the dead topic.
-    alert_webhook: str | None = None
-    alert_timeout: timedelta = timedelta(seconds=5)

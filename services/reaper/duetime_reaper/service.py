@@ -1,4 +1,4 @@
-"""``duetime service reaper``: expire leases, retry or bury runs, alert, until signalled."""
+"""``duetime service reaper``: expire leases, retry or bury runs, send alerts, until signalled."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 
 from duetime.bus.kafka import create_topics, make_producer
@@ -17,6 +18,8 @@ from duetime.errors import DuetimeError
 from duetime.logs import configure_logging, event
 from duetime.store import Store
 
+from .alert_config import AlertConfig
+from .alerting import make_alerting
 from .config import ReaperConfig
 from .reaper import Reaper
 
@@ -31,14 +34,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--alert-webhook",
         default=os.environ.get("DUETIME_ALERT_WEBHOOK"),
-        help="URL POSTed for every dead run (env DUETIME_ALERT_WEBHOOK)",
+        help="the operator's alert webhook (env DUETIME_ALERT_WEBHOOK; docs/runs.md, Alerts)",
     )
     args = parser.parse_args(argv)
     configure_logging("reaper")
     settings = load_settings()
-    config = ReaperConfig(
-        tick_interval=timedelta(seconds=args.tick), alert_webhook=args.alert_webhook
-    )
+    config = ReaperConfig(tick_interval=timedelta(seconds=args.tick))
+    alert_config = replace(AlertConfig.from_env(), webhook=args.alert_webhook or None)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -46,6 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     store = Store(settings.require_database(), application_name="duetime-reaper")
     producer = make_producer(settings)
     reaper = Reaper(store, producer, TopicCatalog(settings.topic_prefix), config)
+    # Deliveries and condition checks on their own thread: a hung webhook never delays reaping.
+    alerting = make_alerting(settings, store, alert_config)
+    alerting.start()
     event(log, "reaper.started")
     try:
         while not stop.is_set():
@@ -59,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 stop.wait(config.tick_interval.total_seconds())
     finally:
         event(log, "reaper.stopping")
+        alerting.stop()
         producer.flush(5)
         store.close()
     return 0
