@@ -48,9 +48,12 @@ class EtcdServer(Component):
         durable: bool = True,
         env: Mapping[str, str] | None = None,
         on_change: Callable[[Component], None] | None = None,
+        die_with_owner: bool = False,
     ) -> None:
         """``durable=False`` adds ``--unsafe-no-fsync``: fine for tests, never for real data."""
-        super().__init__(data_dir, port=port, env=env, on_change=on_change)
+        super().__init__(
+            data_dir, port=port, env=env, on_change=on_change, die_with_owner=die_with_owner
+        )
         self.peer_port = peer_port if peer_port is not None else find_free_port()
         self.durable = durable
 

@@ -55,6 +55,8 @@ class KafkaBroker(Component):
 
     name: ClassVar[str] = "kafka"
     stop_steps: ClassVar[tuple[tuple[signal.Signals, float], ...]] = ((signal.SIGTERM, 0.5),)
+    # Ignored SIGTERM would leave it running after its owner died; it keeps nothing on disk.
+    parent_death_signal: ClassVar[signal.Signals] = signal.SIGKILL
 
     @property
     def url(self) -> str:

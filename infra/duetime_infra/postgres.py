@@ -60,6 +60,8 @@ class PostgresServer(Component):
         (signal.SIGINT, 15.0),
         (signal.SIGQUIT, 5.0),
     )
+    # Fast shutdown too when its owner dies: its clients are going, and it ends in a checkpoint.
+    parent_death_signal: ClassVar[signal.Signals] = signal.SIGINT
 
     def __init__(
         self,
@@ -71,13 +73,16 @@ class PostgresServer(Component):
         settings: Mapping[str, str] | None = None,
         env: Mapping[str, str] | None = None,
         on_change: Callable[[Component], None] | None = None,
+        die_with_owner: bool = False,
     ) -> None:
         """Args beyond Component's:
         database: created on first start; the URL points at it.
         durable: False turns off fsync, synchronous_commit and full_page_writes (tests only).
         settings: extra ``-c name=value`` server settings, e.g. ``{"max_connections": "200"}``.
         """
-        super().__init__(data_dir, port=port, env=env, on_change=on_change)
+        super().__init__(
+            data_dir, port=port, env=env, on_change=on_change, die_with_owner=die_with_owner
+        )
         self.database = database
         self._settings = {**({} if durable else _NON_DURABLE), **(settings or {})}
         self._os_user: OsUser | None = None

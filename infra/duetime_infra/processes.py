@@ -20,9 +20,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from duetime.lifetime import parent_death_preexec
+
 __all__ = [
     "OsUser",
     "ProcessRecord",
+    "child_record",
     "children_of",
     "is_running",
     "kill_tree",
@@ -165,11 +168,14 @@ def spawn(
     env: Mapping[str, str],
     cwd: Path | None = None,
     user: OsUser | None = None,
+    parent_death_signal: signal.Signals | None = None,
 ) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
     """Start ``argv`` detached from our terminal, output appended to ``log_path``.
 
     The server gets its own session so it outlives a ``duetime stack up`` that exits right after,
-    and a Ctrl-C in the shell does not reach it.
+    and a Ctrl-C in the shell does not reach it. With ``parent_death_signal`` the kernel sends
+    it that signal when the calling thread exits (Linux; see ``duetime.lifetime``), for a server
+    that must not outlive the process that started it, however that process ends.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
@@ -187,15 +193,22 @@ def spawn(
             user=None if user is None else user.uid,
             group=None if user is None else user.gid,
             extra_groups=None if user is None else [],
+            preexec_fn=(
+                None if parent_death_signal is None else parent_death_preexec(parent_death_signal)
+            ),
         )
-    stat = _read_stat(popen.pid)
-    record = ProcessRecord(
-        pid=popen.pid,
+    return popen, child_record(popen.pid, argv)
+
+
+def child_record(pid: int, argv: Sequence[str]) -> ProcessRecord:
+    """The record of a child we just started with ``argv``, to find it again by pid."""
+    stat = _read_stat(pid)
+    return ProcessRecord(
+        pid=pid,
         start_ticks=None if stat is None else stat[1],
         argv=tuple(argv),
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
-    return popen, record
 
 
 def is_running(record: ProcessRecord) -> bool:

@@ -94,6 +94,7 @@ class EmbeddedStack:
         durable: bool = True,
         postgres_settings: Mapping[str, str] | None = None,
         start_timeout: float = DEFAULT_START_TIMEOUT,
+        die_with_owner: bool = False,
     ) -> None:
         """Args:
         data_dir: where pids, ports, logs and server data live (created if missing).
@@ -104,6 +105,10 @@ class EmbeddedStack:
             test sessions, whose data is thrown away anyway.
         postgres_settings: extra PostgreSQL server settings (``-c name=value``).
         start_timeout: seconds each server may take to become healthy.
+        die_with_owner: servers this object starts are stopped by the kernel when the thread
+            that started them exits, however the process ends (Linux); for ``duetime up`` and
+            test sessions. ``duetime stack up`` leaves it off: its servers outlive the command.
+            Servers found running are reused as they are.
         """
         unknown = set(components) - set(COMPONENTS)
         if unknown:
@@ -115,6 +120,7 @@ class EmbeddedStack:
         self._durable = durable
         self._postgres_settings = dict(postgres_settings or {})
         self._start_timeout = start_timeout
+        self._die_with_owner = die_with_owner
         self._state = StateFile(self.data_dir)
         self._external = {
             name: self._env[ENV_KEYS[name]]
@@ -170,10 +176,15 @@ class EmbeddedStack:
                 settings=self._postgres_settings,
                 env=self._env,
                 on_change=self._on_change,
+                die_with_owner=self._die_with_owner,
             )
         elif name == "kafka":
             component = KafkaBroker(
-                self.data_dir, port=main_port, env=self._env, on_change=self._on_change
+                self.data_dir,
+                port=main_port,
+                env=self._env,
+                on_change=self._on_change,
+                die_with_owner=self._die_with_owner,
             )
         else:
             component = EtcdServer(
@@ -183,6 +194,7 @@ class EmbeddedStack:
                 durable=self._durable,
                 env=self._env,
                 on_change=self._on_change,
+                die_with_owner=self._die_with_owner,
             )
         if alive and record is not None and record.process is not None:
             component.adopt(record.process)

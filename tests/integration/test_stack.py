@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -168,6 +169,35 @@ def test_stale_state_from_a_crash_is_cleaned_up(tmp_path: Path) -> None:
         assert _wait_gone([*new.values(), *backends], timeout=0) == []
     finally:
         crashed.down()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_servers_die_with_an_owner_killed_by_sigkill(tmp_path: Path) -> None:
+    """``die_with_owner``: a process that started the stack and is then SIGKILLed (so it cleans
+    nothing up) takes every server with it, PostgreSQL's backends included."""
+    data_dir = tmp_path / "stack"
+    script = (
+        "import sys, time\n"
+        "from duetime_infra import EmbeddedStack\n"
+        "EmbeddedStack(sys.argv[1], migrate=False, durable=False, die_with_owner=True).up()\n"
+        "print('up', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    owner = subprocess.Popen(
+        [sys.executable, "-c", script, str(data_dir)], stdout=subprocess.PIPE, text=True
+    )
+    pids: list[int] = []
+    try:
+        assert owner.stdout is not None and owner.stdout.readline() == "up\n"
+        servers = _pids(EmbeddedStack(data_dir, migrate=False))
+        pids = [*servers.values(), *_children(servers["postgres"])]
+        owner.kill()
+        owner.wait()
+        assert _wait_gone(pids, timeout=15.0) == []
+    finally:
+        owner.kill()
+        owner.wait()
+        EmbeddedStack(data_dir, migrate=False).down()
 
 
 def test_down_never_signals_a_process_that_reused_a_recorded_pid(tmp_path: Path) -> None:
