@@ -34,6 +34,7 @@ from duetime.config import Settings
 from duetime.errors import CodecError
 from duetime.model import HttpTarget, KafkaTarget, RunEvent, run_id_for
 from duetime.store import NewRun, Store
+from duetime_infra import KafkaBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -605,3 +606,38 @@ def test_the_intake_pauses_at_the_cap_and_loses_nothing(
     for run in runs:
         [arrival] = ready.of(run)
         assert arrival.created_ms >= epoch_ms(run.due_at), "released before due_at"
+
+
+def test_stops_within_its_grace_when_the_broker_is_gone(database_url: str, tmp_path: Path) -> None:
+    """With its broker gone, faust's consumer thread can wait for it forever on a stop; the
+    dispatcher ends anyway once its stop grace (5 s) is over. A broker of its own, so that no
+    other test loses the session's broker."""
+    broker = KafkaBroker(tmp_path / "broker", die_with_owner=True)
+    broker.start()
+    try:
+        settings = Settings(
+            database_url=database_url,
+            kafka_bootstrap=broker.url,
+            topic_prefix=f"d{uuid.uuid4().hex[:8]}.",
+            profile="local",
+            data_dir=tmp_path / "data",
+        )
+        create_topics(settings)
+        dispatcher = DispatcherProcess(settings)
+        try:
+            dispatcher.wait_event("partitions.assigned")
+            # The fault as measured: a dispatcher that had run for a few seconds, then lost its
+            # broker for ten, never finished a stop (killed right after the assignment, it did).
+            time.sleep(8)
+            broker.kill()
+            time.sleep(10)
+            began = time.monotonic()
+            dispatcher.proc.send_signal(signal.SIGTERM)
+            dispatcher.proc.wait(5.0 + 5.0)
+            took = time.monotonic() - began
+        finally:
+            dispatcher.stop(signal.SIGKILL)
+        assert took < 5.0 + 3.0, dispatcher.log()
+        assert dispatcher.proc.returncode in (0, 70), dispatcher.log()
+    finally:
+        broker.kill()

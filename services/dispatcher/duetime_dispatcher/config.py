@@ -57,6 +57,10 @@ class DispatcherConfig:
             the offset estimate, see :mod:`duetime_dispatcher.clock_offset`).
         record_interval: how often the Kafka fast path's successes are written to PostgreSQL
             (one statement per batch; their source records are acked after the write).
+        stop_grace: the longest a stop may take once it has begun (SIGTERM, SIGINT); then the
+            process exits whatever it still waits for (a commit or flush to a broker that is
+            gone). Runs not yet acknowledged are read again by the next dispatcher. Below the
+            10 s ``duetime up`` grants a service before SIGKILL, so the dispatcher says why.
     """
 
     max_batch: int = 1000
@@ -78,6 +82,7 @@ class DispatcherConfig:
     clock_warn: timedelta = timedelta(seconds=1)
     record_interval: timedelta = timedelta(milliseconds=25)
     clock_probe_interval: timedelta = timedelta(seconds=10)
+    stop_grace: timedelta = timedelta(seconds=5)
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
@@ -103,6 +108,7 @@ class DispatcherConfig:
             "clock_window": self.clock_window,
             "record_interval": self.record_interval,
             "clock_probe_interval": self.clock_probe_interval,
+            "stop_grace": self.stop_grace,
         }
         for name, value in positive.items():
             if value <= timedelta(0):

@@ -3,6 +3,11 @@
 SIGINT and SIGTERM stop it cleanly: the consumer commits the acked prefix of each partition,
 the producer flushes, and the process exits 0. Runs still held were never acked, so whichever
 dispatcher owns their partitions next reads them again.
+
+A stop has ``stop_grace`` (default 5 s): with the broker gone, faust's consumer thread can wait
+for it forever, so once the grace is over the process ends regardless (``process.hard_exit``,
+exit status 70). Nothing is lost by that beyond what any crash loses: unacked runs are read
+again.
 """
 
 from __future__ import annotations
@@ -12,13 +17,17 @@ import gc
 import logging
 import os
 import sys
+import threading
 from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
 
 import faust
 
 from duetime.bus.kafka import create_topics
 from duetime.config import load_settings
 from duetime.errors import DuetimeError
+from duetime.lifetime import exit_after
 from duetime.logs import configure_logging, event
 
 from .app import Dispatcher
@@ -51,7 +60,31 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         default=0,
         help="which of several dispatcher processes sharing a data dir this is (default 0)",
     )
+    parser.add_argument(
+        "--stop-grace",
+        type=float,
+        default=DispatcherConfig.stop_grace.total_seconds(),
+        help="seconds a stop may take before the process exits regardless (default 5)",
+    )
     return parser.parse_args(argv)
+
+
+class _Worker(faust.Worker):
+    """faust's worker, with a deadline on its stop.
+
+    ``stop`` is where every way of stopping passes (a signal, the end of ``start``); the deadline
+    starts there, before faust stops the consumer, which is the step that can hang.
+    """
+
+    def __init__(self, *args: Any, stop_grace: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._stop_grace = stop_grace
+        self._stop_deadline: threading.Timer | None = None
+
+    async def stop(self) -> None:
+        if self._stop_deadline is None:
+            self._stop_deadline = exit_after(self._stop_grace, "dispatcher")
+        await super().stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,7 +104,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings()
         config = DispatcherConfig(
-            max_batch=args.max_batch, max_held=args.max_held, instance=args.instance
+            max_batch=args.max_batch,
+            max_held=args.max_held,
+            instance=args.instance,
+            stop_grace=timedelta(seconds=args.stop_grace),
         )
         create_topics(settings)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -79,8 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DuetimeError as exc:
         event(log, "dispatcher.failed", logging.ERROR, reason=str(exc))
         return 1
-    worker = faust.Worker(
+    worker = _Worker(
         dispatcher.app,
+        stop_grace=config.stop_grace.total_seconds(),
         quiet=True,
         # Keep duetime's log format (configure_logging above) and stdout untouched.
         override_logging=False,
