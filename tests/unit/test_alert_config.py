@@ -7,8 +7,10 @@ from datetime import timedelta
 
 import pytest
 
+from duetime.bus.topics import TopicCatalog
 from duetime.errors import ConfigError
 from duetime_reaper.alert_config import ENVIRONMENT, AlertConfig
+from duetime_workers.config import GROUP_ID
 
 
 def test_defaults() -> None:
@@ -69,3 +71,8 @@ def test_secrets_stay_out_of_the_repr() -> None:
 def test_bad_values_name_the_variable(name: str, value: str) -> None:
     with pytest.raises(ConfigError, match=name):
         AlertConfig.from_env({name: value})
+
+
+def test_the_lag_check_watches_the_workers_group() -> None:
+    """The reaper cannot import the worker; the core's catalog must name the worker's group."""
+    assert TopicCatalog("p.").workers_group == f"p.{GROUP_ID}"
