@@ -4,6 +4,7 @@ target, dead after max_attempts, and a killed worker's run retried to success.""
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import timedelta
 
@@ -69,6 +70,11 @@ def test_always_failing_target_goes_dead_after_max_attempts(
     pipeline: Pipeline,  # noqa: F811
     http_target: RecordingTarget,
 ) -> None:
+    # The tenant's alert webhook: the reaper service delivers the dead run's alert there.
+    pipeline.sql(
+        "INSERT INTO tenants (tenant, alert_webhook) VALUES ('e2e', :u)",
+        u=f"{http_target.url}/ok/alerts",
+    )
     pipeline.apply(
         [
             e2e_job(
@@ -112,6 +118,10 @@ def test_always_failing_target_goes_dead_after_max_attempts(
         ),
         timeout=30,
     )
+    [alert] = http_target.wait_for("/ok/alerts", 1, timeout=30)
+    body = json.loads(alert.body)
+    assert (body["kind"], body["subject"], body["tenant"]) == ("run.dead", str(run.run_id), "e2e")
+    assert body["details"]["attempts"] == 3
 
 
 def test_worker_killed_mid_run_is_retried_and_succeeds(
