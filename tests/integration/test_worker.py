@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -32,7 +33,7 @@ from duetime.bus.records import RUN_EVENTS, RUN_RESULTS
 from duetime.bus.topics import TopicCatalog, TopicSpec
 from duetime.config import Settings
 from duetime.errors import StoreError
-from duetime.model import HttpTarget, KafkaTarget, RunEvent, Target, run_id_for
+from duetime.model import HttpTarget, KafkaTarget, RunEvent, SecretRef, Target, run_id_for
 from duetime.store import NewRun, Store
 from duetime_workers import WorkerConfig, WorkerService
 from duetime_workers.attempt import AttemptRunner
@@ -412,6 +413,75 @@ def test_client_error_is_dead(
     assert row.last_error.startswith("HTTP 400")
     (attempt,) = env.attempts(run.run_id)
     assert (attempt.outcome, attempt.status_code) == ("failed", 400)
+
+
+def _run_rows_text(env: Env, run_id: uuid.UUID) -> str:
+    """Every column of the run's row and of its attempts' rows, as PostgreSQL prints them."""
+    with env.store.engine.begin() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT r::text FROM runs r WHERE run_id = :r "
+                "UNION ALL SELECT a::text FROM run_attempts a WHERE run_id = :r"
+            ),
+            {"r": run_id},
+        )
+        return "\n".join(row[0] for row in rows)
+
+
+def test_a_secret_reference_reaches_the_target_resolved_and_nowhere_else(
+    env: Env,
+    worker: Callable[..., InProcessWorker],
+    target: tuple[Target_, str],
+    tmp_path: Path,
+) -> None:
+    recorder, base = target
+    secret = f"s3cr3t-{uuid.uuid4().hex}"
+    (tmp_path / "billing-api-token").write_text(secret + "\n")
+    run = env.new_run(
+        HttpTarget(
+            url=f"{base}/ok/secret",
+            headers=(("Authorization", SecretRef("billing-api-token", "Bearer ")),),
+        )
+    )
+    worker(secrets_dir=tmp_path)
+    env.publish(run)
+    wait_for(state_is(env, run.run_id, "succeeded"), "the run to succeed")
+
+    (request,) = recorder.requests("/ok/secret")
+    assert request.headers["Authorization"] == f"Bearer {secret}"
+    (ready,) = read_topic(env.settings, env.catalog.ready, 1, env.catalog.partitions)
+    assert b"billing-api-token" in ready.value() and secret.encode() not in ready.value()
+    (result,) = read_topic(env.settings, env.catalog.results, 1, env.catalog.partitions)
+    assert secret.encode() not in result.value()
+    assert secret not in _run_rows_text(env, run.run_id)
+
+
+def test_a_secret_the_worker_lacks_fails_the_attempt_with_a_clear_error(
+    env: Env,
+    worker: Callable[..., InProcessWorker],
+    target: tuple[Target_, str],
+    tmp_path: Path,
+) -> None:
+    """A configuration error on the worker side: the attempt fails as retryable (another worker,
+    or this one once the secret is provisioned, may succeed), so the job's retry policy bounds
+    it, and the error says which secret and which worker, without any value."""
+    recorder, base = target
+    run = env.new_run(
+        HttpTarget(
+            url=f"{base}/ok/missing-secret",
+            headers=(("Authorization", SecretRef("not-provisioned", "Bearer ")),),
+        )
+    )
+    w = worker(secrets_dir=tmp_path)
+    env.publish(run)
+    row = wait_for(state_is(env, run.run_id, "scheduled"), "the retry")
+    expected = f"secret 'not-provisioned' not found on worker {w.config.worker_id} (no file "
+    assert row.last_error.startswith(expected)
+    assert "DUETIME_SECRET_NOT_PROVISIONED" in row.last_error
+    (attempt,) = env.attempts(run.run_id)
+    assert (attempt.outcome, attempt.error) == ("failed", row.last_error)
+    assert row.due_at > attempt.finished_at  # backoff, as for any retryable failure
+    assert recorder.requests("/ok/missing-secret") == []
 
 
 def test_backpressure_keeps_in_flight_attempts_within_the_slots(

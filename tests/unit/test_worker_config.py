@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -57,6 +58,25 @@ def test_command_line_overrides_environment(monkeypatch: pytest.MonkeyPatch) -> 
     )
     config = build_config(args)
     assert (config.worker_id, config.concurrency, config.allow_private_targets) == ("cli", 2, True)
+
+
+def test_secrets_directory_from_the_environment_or_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert WorkerConfig.from_env({}).secrets_dir is None
+    assert WorkerConfig.from_env({"DUETIME_SECRETS_DIR": str(tmp_path)}).secrets_dir == tmp_path
+    monkeypatch.setenv("DUETIME_SECRETS_DIR", "/nowhere")
+    chosen = tmp_path / "chosen"
+    chosen.mkdir()
+    assert build_config(parser().parse_args(["--secrets-dir", str(chosen)])).secrets_dir == chosen
+
+
+def test_an_unusable_secrets_directory_stops_the_worker_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DUETIME_SECRETS_DIR", str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match=r"secrets directory .*missing"):
+        build_config(parser().parse_args([]))
 
 
 def test_main_is_the_registered_entry_point() -> None:

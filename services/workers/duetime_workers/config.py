@@ -8,6 +8,8 @@ Environment (command-line options override them):
 ``DUETIME_WORKER_PROCESSES``              worker processes (one per CPU core)
 ``DUETIME_ALLOW_PRIVATE_TARGETS``         ``1`` lets HTTP targets reach private addresses
 ``DUETIME_WORKER_SHUTDOWN_GRACE``         seconds in-flight attempts get at shutdown (10)
+``DUETIME_SECRETS_DIR``                   directory of secret files for header references
+``DUETIME_SECRET_<NAME>``                 a secret's value, when no file holds it
 ========================================  ==============================================
 """
 
@@ -19,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 from duetime.errors import ConfigError
 
@@ -62,6 +65,10 @@ class WorkerConfig:
             is committed past anyway (the planner's sweeper re-publishes unclaimed runs).
         poll_timeout: How long one consumer poll waits for records.
         group_id: The consumer group all workers share, after the topic prefix.
+        secrets_dir: Where the files of secret header values are (``<dir>/<name>``); the
+            environment (``DUETIME_SECRET_<NAME>``) is looked at when no file holds a secret.
+        secret_cache_ttl: How long a secret's value is reused before its file is read again
+            (a rotated file is in use within this time).
     """
 
     worker_id: str = field(default_factory=default_worker_id)
@@ -73,13 +80,21 @@ class WorkerConfig:
     poll_timeout: timedelta = timedelta(milliseconds=200)
     group_id: str = GROUP_ID
     user_agent: str = field(default_factory=user_agent)
+    secrets_dir: Path | None = None
+    secret_cache_ttl: timedelta = timedelta(seconds=5)
 
     def __post_init__(self) -> None:
         if not self.worker_id or len(self.worker_id) > 200:
             raise ConfigError("worker id must be 1-200 characters")
         if not 1 <= self.concurrency <= 1024:
             raise ConfigError(f"concurrency must be between 1 and 1024, not {self.concurrency}")
-        for name in ("shutdown_grace", "db_call_timeout", "claim_give_up", "poll_timeout"):
+        for name in (
+            "shutdown_grace",
+            "db_call_timeout",
+            "claim_give_up",
+            "poll_timeout",
+            "secret_cache_ttl",
+        ):
             if getattr(self, name) < timedelta(0):
                 raise ConfigError(f"{name} must not be negative")
 
@@ -96,6 +111,8 @@ class WorkerConfig:
                 config,
                 shutdown_grace=timedelta(seconds=_float("DUETIME_WORKER_SHUTDOWN_GRACE", env)),
             )
+        if env.get("DUETIME_SECRETS_DIR"):
+            config = replace(config, secrets_dir=Path(env["DUETIME_SECRETS_DIR"]))
         return replace(config, allow_private_targets=_flag("DUETIME_ALLOW_PRIVATE_TARGETS", env))
 
 

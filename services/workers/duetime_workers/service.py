@@ -17,6 +17,7 @@ import logging
 import os
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 
 from duetime.config import load_settings
 from duetime.errors import ConfigError, DuetimeError
@@ -24,6 +25,7 @@ from duetime.errors import ConfigError, DuetimeError
 from .config import WorkerConfig
 from .logs import configure_logging, event
 from .processes import child_argv, die_with_parent, process_count, supervise
+from .secret_store import check_secrets_dir
 from .worker import WorkerService
 
 __all__ = ["build_config", "main", "parser"]
@@ -58,6 +60,12 @@ def parser() -> argparse.ArgumentParser:
         help="time in-flight attempts get at shutdown (env DUETIME_WORKER_SHUTDOWN_GRACE)",
     )
     p.add_argument(
+        "--secrets-dir",
+        type=Path,
+        metavar="DIR",
+        help="directory of secret files for header references (env DUETIME_SECRETS_DIR)",
+    )
+    p.add_argument(
         "--log-level",
         default=os.environ.get("DUETIME_LOG_LEVEL", "INFO"),
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -77,6 +85,10 @@ def build_config(args: argparse.Namespace) -> WorkerConfig:
         config = replace(config, allow_private_targets=True)
     if args.shutdown_grace is not None:
         config = replace(config, shutdown_grace=timedelta(seconds=args.shutdown_grace))
+    if args.secrets_dir is not None:
+        config = replace(config, secrets_dir=args.secrets_dir)
+    if config.secrets_dir is not None:
+        check_secrets_dir(config.secrets_dir)
     return config
 
 

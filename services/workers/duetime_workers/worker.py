@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import signal
 import threading
 import time
@@ -45,6 +46,7 @@ from .kafka_target import KafkaExecutor
 from .logs import event
 from .offsets import OffsetTracker
 from .producer import AsyncProducer
+from .secret_store import SecretStore
 from .targets import Targets
 from .transport import make_http_client
 
@@ -99,6 +101,13 @@ class WorkerService:
     async def run(self) -> int:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        # First: a secrets directory that cannot be used stops the worker before it takes work.
+        secrets = SecretStore(
+            directory=self.config.secrets_dir,
+            environ=os.environ,
+            worker_id=self.config.worker_id,
+            cache_ttl=self.config.secret_cache_ttl,
+        )
         await asyncio.to_thread(create_topics, self.settings, self._topics())
         # A handful of statements in flight at a time (claims, completions, renewals), with room
         # for calls stuck on a dead connection until libpq's keepalives end them.
@@ -119,7 +128,7 @@ class WorkerService:
             store=store,
             events=BusEvents(producer, self.catalog),
             targets=Targets(
-                HttpExecutor(client, self.config.user_agent),
+                HttpExecutor(client, self.config.user_agent, secrets=secrets),
                 KafkaExecutor(producer, self.settings.topic_prefix),
             ),
             calls=calls,
