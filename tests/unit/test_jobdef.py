@@ -225,3 +225,10 @@ def test_bad_secret_references_name_the_field(value: Any, field: str, reason: st
         parse_job(_with_headers({"Authorization": value}))
     assert info.value.field == f"job.target.http.headers.{field}"
     assert reason in info.value.reason
+
+
+def test_the_example_file_parses_and_names_its_credential() -> None:
+    jobs = load_job_file(Path(__file__).parents[2] / "examples" / "jobs.yaml")
+    billing = next(j for j in jobs if j.job_id == "billing-close-ist")
+    assert isinstance(billing.target, HttpTarget)
+    assert ("Authorization", SecretRef("billing-api-token", "Bearer ")) in billing.target.headers
