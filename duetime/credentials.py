@@ -13,6 +13,7 @@ for one of them is refused when the job is validated), and the limits of a secre
 
 from __future__ import annotations
 
+import functools
 import re
 
 __all__ = [
@@ -50,6 +51,7 @@ CREDENTIAL_WORDS = (
 )
 
 
+@functools.lru_cache(maxsize=4096)  # a file of 100k jobs repeats a handful of header names
 def is_credential_header(name: str) -> bool:
     """Whether a header of this name carries a credential, so its value must be a reference."""
     lowered = name.lower()
