@@ -13,10 +13,12 @@ them, bytes untouched, onto ``runs.ready``):
 ``duetime-sent-at-ms``      the planner's *database clock* (``now()``) when it published, in
                             epoch ms: a dispatcher compares it with its own clock to measure
                             (and correct) its offset from the database clock
+``duetime-target``          the run's target_service (UTF-8): the dispatcher's throttling key
+``duetime-tenant``          the run's tenant: the fairness key inside a throttled target
 ==========================  ===========================================================
 
 plus the schema fingerprint header ``duetime-schema`` of :mod:`duetime.bus.codec`. The Avro value
-stays the contract; the headers are a copy of four of its fields for routers. A record without
+stays the contract; the headers are a copy of some of its fields for routers. A record without
 them (an older planner) is still valid: readers fall back to decoding the value.
 """
 
@@ -32,7 +34,9 @@ __all__ = [
     "DUE_AT_MS",
     "RUN_ID",
     "SENT_AT_MS",
+    "TARGET",
     "TARGET_KIND",
+    "TENANT",
     "RunRouting",
     "epoch_ms",
     "epoch_ms_ceil",
@@ -46,6 +50,8 @@ ATTEMPT = "duetime-attempt"
 DUE_AT_MS = "duetime-due-at-ms"
 TARGET_KIND = "duetime-target-kind"
 SENT_AT_MS = "duetime-sent-at-ms"
+TARGET = "duetime-target"
+TENANT = "duetime-tenant"
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -59,6 +65,8 @@ class RunRouting:
     due_at_ms: int
     target_kind: str
     sent_at_ms: int | None
+    target_service: str | None = None  # None: an older record without the header
+    tenant: str | None = None
 
 
 def epoch_ms(instant: datetime) -> int:
@@ -78,16 +86,29 @@ def from_epoch_ms(value: int) -> datetime:
 
 
 def routing_headers(
-    run_id: uuid.UUID, attempt: int, due_at: datetime, target_kind: str, sent_at: datetime
+    run_id: uuid.UUID,
+    attempt: int,
+    due_at: datetime,
+    target_kind: str,
+    sent_at: datetime,
+    *,
+    target_service: str | None = None,
+    tenant: str | None = None,
 ) -> list[tuple[str, str | bytes | None]]:
-    """The routing headers for one run record (append the schema header yourself)."""
-    return [
+    """The routing headers for one run record (append the schema header yourself); the target
+    and tenant headers only when given (the planner always gives them)."""
+    headers: list[tuple[str, str | bytes | None]] = [
         (RUN_ID, str(run_id).encode("ascii")),
         (ATTEMPT, str(attempt).encode("ascii")),
         (DUE_AT_MS, str(epoch_ms_ceil(due_at)).encode("ascii")),
         (TARGET_KIND, target_kind.encode("ascii")),
         (SENT_AT_MS, str(epoch_ms(sent_at)).encode("ascii")),
     ]
+    if target_service is not None:
+        headers.append((TARGET, target_service.encode()))
+    if tenant is not None:
+        headers.append((TENANT, tenant.encode()))
+    return headers
 
 
 class RoutingHeaders:
@@ -103,9 +124,17 @@ class RoutingHeaders:
         self._sent: tuple[str, bytes] = (SENT_AT_MS, str(epoch_ms(sent_at)).encode("ascii"))
 
     def for_run(
-        self, run_id: str, attempt: int, due_at: datetime, target_kind: str
+        self,
+        run_id: str,
+        attempt: int,
+        due_at: datetime,
+        target_kind: str,
+        *,
+        target: tuple[str, bytes],
+        tenant: tuple[str, bytes],
     ) -> list[tuple[str, str | bytes | None]]:
-        """``leading`` followed by the routing headers; ``run_id`` in its canonical text form."""
+        """``leading`` followed by the routing headers; ``run_id`` in its canonical text form,
+        ``target`` and ``tenant`` as made by :meth:`job_headers` (once per job)."""
         return [
             *self._leading,
             (RUN_ID, run_id.encode("ascii")),
@@ -113,7 +142,16 @@ class RoutingHeaders:
             (DUE_AT_MS, str(epoch_ms_ceil(due_at)).encode("ascii")),
             (TARGET_KIND, target_kind.encode("ascii")),
             self._sent,
+            target,
+            tenant,
         ]
+
+    @staticmethod
+    def job_headers(
+        target_service: str, tenant: str
+    ) -> tuple[tuple[str, bytes], tuple[str, bytes]]:
+        """The target and tenant headers of a job's runs."""
+        return (TARGET, target_service.encode()), (TENANT, tenant.encode())
 
 
 def read_routing(headers: Sequence[tuple[str, bytes | None]] | None) -> RunRouting | None:
@@ -129,8 +167,12 @@ def read_routing(headers: Sequence[tuple[str, bytes | None]] | None) -> RunRouti
         kind = found[TARGET_KIND].decode("ascii")
         sent = found.get(SENT_AT_MS)
         sent_at_ms = int(sent) if sent is not None else None
+        target = found.get(TARGET)
+        tenant = found.get(TENANT)
+        target_service = target.decode() if target is not None else None
+        tenant_name = tenant.decode() if tenant is not None else None
     except (KeyError, ValueError, UnicodeDecodeError):
         return None
     if attempt < 1 or kind not in ("http", "kafka"):
         return None
-    return RunRouting(run_id, attempt, due_at_ms, kind, sent_at_ms)
+    return RunRouting(run_id, attempt, due_at_ms, kind, sent_at_ms, target_service, tenant_name)

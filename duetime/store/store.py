@@ -7,7 +7,7 @@ can do "scan, insert runs, advance jobs" atomically. Standalone helpers open the
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -17,7 +17,9 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from duetime.errors import StoreError
+from duetime.flow import TargetLimit
 
+from . import flow
 from .attempts import (
     AttemptEnd,
     Claim,
@@ -28,6 +30,7 @@ from .attempts import (
     renew_batch,
 )
 from .engine import make_engine
+from .flow import GrantRequest
 from .queries import query
 from .rows import (
     DueJob,
@@ -281,6 +284,19 @@ class Store:
                 yield Tx(conn)
         except SQLAlchemyError as exc:
             raise StoreError(f"database error: {exc.__class__.__name__}: {exc}") from exc
+
+    # Flow control (flow.py): per-target limits shared by every dispatcher. -----------------
+    def targets_grant(self, requests: Sequence[GrantRequest]) -> dict[str, int]:
+        with self.tx() as tx:
+            return flow.grant(tx.conn, requests)
+
+    def targets_limits(self) -> dict[str, TargetLimit]:
+        with self.tx() as tx:
+            return flow.limits(tx.conn)
+
+    def targets_report_waiting(self, dispatcher: str, waiting: Mapping[str, int]) -> None:
+        with self.tx() as tx:
+            flow.report_waiting(tx.conn, dispatcher, waiting)
 
     # Worker operations: one statement per batch (attempts.py); the single-run forms are
     # one-element batches, for tools and the reaper's tests. ----------------------------------

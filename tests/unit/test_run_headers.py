@@ -24,9 +24,11 @@ def _as_read(headers: list[tuple[str, str | bytes | None]]) -> list[tuple[str, b
 def test_round_trip() -> None:
     due = datetime(2026, 12, 31, 23, 59, 59, 250_000, tzinfo=UTC)
     sent = datetime(2026, 12, 31, 23, 59, 0, tzinfo=UTC)
-    routing = read_routing(_as_read(routing_headers(RUN_ID, 2, due, "kafka", sent)))
+    headers = routing_headers(RUN_ID, 2, due, "kafka", sent, target_service="kafka:ü", tenant="t1")
+    routing = read_routing(_as_read(headers))
     assert routing is not None
     assert (routing.run_id, routing.attempt, routing.target_kind) == (RUN_ID, 2, "kafka")
+    assert (routing.target_service, routing.tenant) == ("kafka:ü", "t1")
     assert from_epoch_ms(routing.due_at_ms) == due
     assert routing.sent_at_ms == epoch_ms(sent)
 
@@ -35,8 +37,13 @@ def test_batch_builder_writes_the_same_headers_after_the_leading_ones() -> None:
     due = datetime(2026, 12, 31, 23, 59, 59, 250_001, tzinfo=UTC)
     sent = datetime(2026, 12, 31, 23, 59, 0, 999_999, tzinfo=UTC)
     leading = [("duetime-schema", b"0123456789abcdef")]
-    built = RoutingHeaders(sent, leading).for_run(str(RUN_ID), 3, due, "http")
-    assert built == leading + routing_headers(RUN_ID, 3, due, "http", sent)
+    target, tenant = RoutingHeaders.job_headers("api.example.com", "acme")
+    built = RoutingHeaders(sent, leading).for_run(
+        str(RUN_ID), 3, due, "http", target=target, tenant=tenant
+    )
+    assert built == leading + routing_headers(
+        RUN_ID, 3, due, "http", sent, target_service="api.example.com", tenant="acme"
+    )
 
 
 def test_a_due_instant_between_milliseconds_is_rounded_up_never_down() -> None:

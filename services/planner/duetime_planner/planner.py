@@ -248,6 +248,7 @@ class Planner:
         for job, runs in planned:
             template: RunTemplate | None = None
             kind = "http" if isinstance(job.target, HttpTarget) else "kafka"
+            target, tenant = RoutingHeaders.job_headers(job.target_service, job.tenant)
             for run in runs:
                 if run.run_id not in inserted or run.due_at > horizon:
                     continue
@@ -268,7 +269,7 @@ class Planner:
                     self.catalog.tier_for(run.due_at - now),
                     run_id.encode("ascii"),
                     template.encode(run_id, run.scheduled_for, run.due_at, 1),
-                    headers.for_run(run_id, 1, run.due_at, kind),
+                    headers.for_run(run_id, 1, run.due_at, kind, target=target, tenant=tenant),
                 )
         if not tracker.produced:
             return PlanStats()
@@ -331,7 +332,16 @@ class Planner:
             self.catalog.tier_for(row.due_at - now),
             str(row.run_id).encode(),
             RUN_EVENTS.encode(run),
-            schema_headers + routing_headers(row.run_id, attempt, row.due_at, kind, now),
+            schema_headers
+            + routing_headers(
+                row.run_id,
+                attempt,
+                row.due_at,
+                kind,
+                now,
+                target_service=row.target_service,
+                tenant=row.tenant,
+            ),
         )
 
     def _log_publish(
