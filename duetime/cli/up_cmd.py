@@ -1,7 +1,11 @@
 """``duetime up [--demo]``: the embedded stack, migrations and all four services, supervised.
 
-Ctrl-C stops the services (SIGTERM, then SIGKILL after a grace period) and the parts of the stack
-this command started; nothing is left running.
+Ctrl-C, SIGTERM or SIGHUP, once or any number of times, stops the services (SIGTERM, then SIGKILL
+after a grace period) and the parts of the stack this command started; nothing is left running.
+If the command itself is killed (SIGKILL, a crash), what it started stops by itself: services
+and servers get a signal from the kernel when it dies (``duetime.lifetime``). And whatever a run
+that died still left in the data dir is stopped by the next ``duetime up`` there (``up_record``).
+docs/operations.md tells the whole story.
 """
 
 from __future__ import annotations
@@ -18,12 +22,16 @@ from typing import Any
 from duetime.config import default_data_dir
 from duetime.store import Store
 from duetime.store.jobs import jobs_apply
-from duetime_infra import EmbeddedStack
+from duetime_infra import EmbeddedStack, StackUrls
+from duetime_infra.processes import child_record
 
 from .demo import DemoTarget, demo_jobs
-from .supervisor import Supervisor
+from .supervisor import STOP_GRACE, Supervisor
+from .up_record import UpClaim, UpRecord, stop_services
 
 SERVICES = ("planner", "dispatcher", "worker", "reaper")
+# How often the main loop looks for a stop request and for services that died.
+_POLL_INTERVAL = 0.2
 
 
 def register(sub: Any) -> None:
@@ -49,17 +57,65 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # First of all: from here on a stop signal is a request, never the end of the process.
+    signals = _StopSignals()
+    signals.install()
     data_dir: Path = (args.data_dir or default_data_dir()).absolute()
-    sup = Supervisor()
-    sup.say("duetime", f"stack.starting data_dir={data_dir}")
-    stack = EmbeddedStack(data_dir)
-    already_up = all(s.healthy for s in stack.status())
-    urls = stack.up()
-    sup.say(
-        "duetime",
-        f"stack.ready database={urls.database_url} kafka={urls.kafka_bootstrap} "
-        f"etcd={urls.etcd_endpoints}",
-    )
+    claim: UpClaim | None = None
+    stack: EmbeddedStack | None = None
+    owns_stack = False
+    demo: DemoTarget | None = None
+    store: Store | None = None
+    # The callback reads claim and owns_stack when a service starts, after they are set below.
+    sup = Supervisor(on_started=lambda _spec: _record(claim, owns_stack, sup))
+    try:
+        claim = UpClaim.acquire(data_dir)
+        if claim.previous is not None:
+            _clear_stale(claim.previous, data_dir, sup)
+        signals.raise_if_requested()
+        sup.say("duetime", f"stack.starting data_dir={data_dir}")
+        stack = EmbeddedStack(data_dir, die_with_owner=True)
+        owns_stack = not all(s.healthy for s in stack.status())
+        _record(claim, owns_stack, sup)  # before starting: a crash mid-start is cleared too
+        urls = stack.up()
+        sup.say(
+            "duetime",
+            f"stack.ready database={urls.database_url} kafka={urls.kafka_bootstrap} "
+            f"etcd={urls.etcd_endpoints}",
+        )
+        signals.raise_if_requested()
+        demo, store = _start_services(args, sup, data_dir, urls)
+        sup.say("duetime", "up.ready (Ctrl-C stops everything)")
+        last_summary = time.monotonic()
+        while True:
+            signals.raise_if_requested()
+            time.sleep(_POLL_INTERVAL)
+            sup.check()
+            if args.summary_every and time.monotonic() - last_summary >= args.summary_every:
+                last_summary = time.monotonic()
+                _summary(sup, store)
+    except _StopRequested:
+        sup.say("duetime", "up.stopping")
+    finally:
+        sup.stop_all()
+        if store is not None:
+            store.close()
+        if demo is not None:
+            demo.stop()
+        if stack is not None and owns_stack:
+            stack.down()
+            sup.say("duetime", "stack.stopped")
+        if claim is not None:
+            claim.release()
+        if signals.received:
+            sup.say("duetime", f"up.stopped signals={signals.received}")
+    return 0
+
+
+def _start_services(
+    args: argparse.Namespace, sup: Supervisor, data_dir: Path, urls: StackUrls
+) -> tuple[DemoTarget | None, Store]:
+    """Start the demo target (if asked), the services, and apply the demo jobs."""
     env = {
         **os.environ,
         "DUETIME_DATA_DIR": str(data_dir),
@@ -69,57 +125,89 @@ def _run(args: argparse.Namespace) -> int:
         "PYTHONUNBUFFERED": "1",
     }
     demo: DemoTarget | None = None
-    store: Store | None = None
-    interrupted = False
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        if args.demo:
-            demo = DemoTarget()
-            demo.start()
-            # The demo target listens on 127.0.0.1, which workers refuse unless allowed.
-            env["DUETIME_ALLOW_PRIVATE_TARGETS"] = "1"
-        command = [sys.executable, "-m", "duetime.cli.main", "service"]
-        counts = {
-            "planner": _count(args.planners, "DUETIME_PLANNERS"),
-            "dispatcher": _count(args.dispatchers, "DUETIME_DISPATCHERS"),
-        }
-        for name in SERVICES:
-            for instance in range(counts.get(name, 1)):
-                label = name if instance == 0 else f"{name}-{instance}"
-                extra = ["--instance", str(instance)] if name == "dispatcher" else []
-                sup.add(label, [*command, name, *extra], env)
-        sup.start_all()
-        store = Store(urls.database_url, pool_size=1, application_name="duetime-up")
-        if demo is not None:
-            with store.tx() as tx:
-                writes = jobs_apply(tx, demo_jobs(demo.port))
-            for w in writes:
-                sup.say("duetime", f"demo.job_applied job_id={w.job_id} action={w.action}")
-        sup.say("duetime", "up.ready (Ctrl-C stops everything)")
-        last_summary = time.monotonic()
-        while True:
-            time.sleep(0.5)
-            sup.check()
-            if args.summary_every and time.monotonic() - last_summary >= args.summary_every:
-                last_summary = time.monotonic()
-                _summary(sup, store)
-    except KeyboardInterrupt:
-        interrupted = True
-        sup.say("duetime", "up.stopping")
-    finally:
-        # Cleanup must not be cut short: a second Ctrl-C, or the same signal forwarded again by a
-        # wrapper (make, uv run), would otherwise abort it and leave processes behind.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        sup.stop_all()
-        if store is not None:
-            store.close()
-        if demo is not None:
-            demo.stop()
-        if not already_up:
-            stack.down()
-            sup.say("duetime", "stack.stopped")
-    return 0 if interrupted else 1
+    if args.demo:
+        demo = DemoTarget()
+        demo.start()
+        # The demo target listens on 127.0.0.1, which workers refuse unless allowed.
+        env["DUETIME_ALLOW_PRIVATE_TARGETS"] = "1"
+    command = [sys.executable, "-m", "duetime.cli.main", "service"]
+    counts = {
+        "planner": _count(args.planners, "DUETIME_PLANNERS"),
+        "dispatcher": _count(args.dispatchers, "DUETIME_DISPATCHERS"),
+    }
+    for name in SERVICES:
+        for instance in range(counts.get(name, 1)):
+            label = name if instance == 0 else f"{name}-{instance}"
+            extra = ["--instance", str(instance)] if name == "dispatcher" else []
+            sup.add(label, [*command, name, *extra], env)
+    sup.start_all()
+    store = Store(urls.database_url, pool_size=1, application_name="duetime-up")
+    if demo is not None:
+        with store.tx() as tx:
+            writes = jobs_apply(tx, demo_jobs(demo.port))
+        for w in writes:
+            sup.say("duetime", f"demo.job_applied job_id={w.job_id} action={w.action}")
+    return demo, store
+
+
+class _StopRequested(Exception):
+    """A stop signal arrived; raised by ``_StopSignals.raise_if_requested``, never by a handler."""
+
+
+class _StopSignals:
+    """SIGINT, SIGTERM and SIGHUP as one stop request, whatever number of them arrives.
+
+    The handler only counts: the main thread looks at the count between steps (at least every
+    ``_POLL_INTERVAL`` once the services run; a stop asked for while the stack starts waits for
+    that start). A handler that raised instead could stop the clean-up itself half-way, or have
+    its exception swallowed where Python cannot propagate one (an at-fork hook of ``logging``
+    did exactly that, and the stop request was lost). The handlers stay installed until the
+    process exits, so a repeated signal (``make`` and ``uv run`` forward the one a terminal,
+    ``timeout``, systemd or a container runtime sends to the whole process group) never finds
+    the default action, which would end the process mid-clean-up. A signal the process inherited
+    as ignored (SIGINT in a background job, SIGHUP under nohup) stays ignored.
+    """
+
+    def __init__(self) -> None:
+        self.received = 0
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                signal.signal(sig, self._on_signal)
+
+    def raise_if_requested(self) -> None:
+        if self.received:
+            raise _StopRequested
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.received += 1
+
+
+def _record(claim: UpClaim | None, owns_stack: bool, sup: Supervisor) -> None:
+    """Write ``up.json``: the services that run now, and whether this run owns the stack."""
+    if claim is None:
+        return
+    services = {
+        spec.name: child_record(spec.process.pid, spec.argv)
+        for spec in sup.services
+        if spec.process is not None
+    }
+    claim.save(owns_stack, services)
+
+
+def _clear_stale(previous: UpRecord, data_dir: Path, sup: Supervisor) -> None:
+    """Stop what a ``duetime up`` that died without cleaning up left in ``data_dir``."""
+    sup.say("duetime", f"up.stale_run_found supervisor_pid={previous.supervisor_pid}")
+    stopped = stop_services(previous.services, STOP_GRACE)
+    if stopped:
+        sup.say("duetime", f"up.stale_services_stopped names={','.join(stopped)}")
+    if previous.owns_stack:
+        stale = EmbeddedStack(data_dir)
+        running = [s.name for s in stale.status() if s.pid is not None]
+        if running:
+            stale.down()
+            sup.say("duetime", f"up.stale_stack_stopped components={','.join(running)}")
 
 
 def _count(requested: int | None, variable: str) -> int:
@@ -132,10 +220,6 @@ def _count(requested: int | None, variable: str) -> int:
         raw = os.environ.get(variable, "")
         requested = int(raw) if raw.isdigit() else 1
     return max(1, min(requested, 16))
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def _summary(sup: Supervisor, store: Store) -> None:

@@ -14,8 +14,10 @@ from typing import Any, TypeVar
 
 import pytest
 
+from duetime.cli.supervisor import SUPERVISOR_PID_ENV
 from duetime.config import Settings
 from duetime.jobdef import parse_jobs
+from duetime.lifetime import parent_death_preexec
 from duetime.store import Store
 from duetime.store.jobs import jobs_apply
 
@@ -51,12 +53,15 @@ class Pipeline:
         """Start service ``name``; ``instance`` names a second copy (its key and log file)."""
         key = instance or name
         log = (self.log_dir / f"{key}.log").open("ab")
+        # Supervised by the test process as duetime up supervises them: they stop when it dies,
+        # so a test session that is killed leaves no service behind.
         process = subprocess.Popen(
             [sys.executable, "-m", "duetime.cli.main", "service", name, *SERVICE_ARGS[name]],
-            env=self.env,
+            env={**self.env, SUPERVISOR_PID_ENV: str(os.getpid())},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=parent_death_preexec(signal.SIGTERM),
         )
         self.processes[key] = process
         return process

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from duetime.config import read_env_file
+from duetime.lifetime import parent_death_preexec
 from duetime.store import Store
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e")]
@@ -39,6 +40,8 @@ def test_up_demo_runs_and_ctrl_c_leaves_nothing_behind(tmp_path: Path) -> None:
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            # If the test session dies, up gets SIGTERM and stops all it started.
+            preexec_fn=parent_death_preexec(signal.SIGTERM),
         )
     pids: set[int] = set()
     store: Store | None = None
