@@ -31,6 +31,7 @@ __all__ = [
     "report_waiting",
     "set_limits",
     "unset_limits",
+    "weights",
 ]
 
 
@@ -69,6 +70,11 @@ def _limit(row: Any) -> TargetLimit:
 def limits(conn: Connection) -> dict[str, TargetLimit]:
     """Every target's own limits (missing ones follow ``*``), keyed by name, ``*`` included."""
     return {r.target_service: _limit(r) for r in conn.execute(query("targets_limits")).all()}
+
+
+def weights(conn: Connection) -> dict[str, int]:
+    """Each tenant's fairness weight (tenants without a row weigh 1)."""
+    return {r.tenant: int(r.fairness_weight) for r in conn.execute(query("tenants_weights")).all()}
 
 
 def effective(own: Mapping[str, TargetLimit], target_service: str) -> TargetLimit:

@@ -290,9 +290,10 @@ class Store:
         with self.tx() as tx:
             return flow.grant(tx.conn, requests)
 
-    def targets_limits(self) -> dict[str, TargetLimit]:
+    def flow_settings(self) -> tuple[dict[str, TargetLimit], dict[str, int]]:
+        """Every target's own limits (``*`` = the default) and every tenant's weight."""
         with self.tx() as tx:
-            return flow.limits(tx.conn)
+            return flow.limits(tx.conn), flow.weights(tx.conn)
 
     def targets_report_waiting(self, dispatcher: str, waiting: Mapping[str, int]) -> None:
         with self.tx() as tx:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -12,7 +12,9 @@ from typing import Any
 from duetime.bus.records import RUN_EVENTS, RUN_RESULTS
 from duetime.bus.run_headers import routing_headers
 from duetime.errors import StoreError
+from duetime.flow import TargetLimit
 from duetime.model import HttpTarget, KafkaTarget, RunEvent, Target
+from duetime.store.flow import GrantRequest
 from duetime_dispatcher.fast_path import Emission, plan_emission
 from duetime_dispatcher.holding import Release, Source
 from duetime_dispatcher.ledger import Claim
@@ -115,6 +117,15 @@ class FakeStore:
 
     def db_clock(self) -> datetime:
         return T0
+
+    def targets_grant(self, requests: Sequence[GrantRequest]) -> dict[str, int]:
+        return {r.target_service: len(r.candidates) for r in requests}
+
+    def flow_settings(self) -> tuple[dict[str, TargetLimit], dict[str, int]]:
+        return {}, {}
+
+    def targets_report_waiting(self, dispatcher: str, waiting: Mapping[str, int]) -> None:
+        return None
 
 
 class FakeProducer:

@@ -71,6 +71,9 @@ DO UPDATE SET waiting = EXCLUDED.waiting, updated_at = EXCLUDED.updated_at;
 -- Every target with a row: its own limits (NULL = the default's) for the dispatchers' cache.
 SELECT target_service, rate_per_second, burst, max_in_flight FROM targets;
 
+-- name: tenants_weights
+SELECT tenant, fairness_weight FROM tenants;
+
 -- name: targets_set
 INSERT INTO targets (target_service, rate_per_second, burst, max_in_flight)
 VALUES (:name, :rate, :burst, :max_in_flight)

@@ -59,6 +59,7 @@ from .holding import Holding, Outcome, Release, Source
 from .publisher import ReadyPublisher
 from .recorder import DispatcherStore, EmittedRecorder
 from .routing import Routed, route_record
+from .throttle import Throttle
 
 __all__ = ["Dispatcher"]
 
@@ -141,6 +142,9 @@ class Dispatcher:
             f"dispatcher:{socket.gethostname()}-{os.getpid()}",
         )
         self.emit_skipped = 0  # Kafka targets sent to runs.ready instead (refused, undecodable)
+        self.throttle: Throttle[Any] = Throttle()
+        self._next_grant = clock()
+        self._reported_waiting = False
         self.app = faust.App(self.group_id, **faust_settings(settings, self.config, self.catalog))
         self.source = self.app.topic(
             *self.catalog.due_topics,
@@ -277,7 +281,7 @@ class Dispatcher:
         would commit past them. A waiting agent loses nothing: faust's take buffer and stream
         buffer fill up and its fetcher waits on them; heartbeats go on.
         """
-        paused = self.gate.update(self.holding.held, now) is Gate.PAUSED
+        paused = self.gate.update(self._held(), now) is Gate.PAUSED
         if paused == self._paused:
             return
         self._paused = paused
@@ -289,16 +293,25 @@ class Dispatcher:
         log_event(
             log,
             "intake.paused" if paused else "intake.resumed",
-            held=self.holding.held,
+            held=self._held(),
             max_held=self.gate.max_held,
             resume_below=self.gate.resume_below,
         )
 
+    def _held(self) -> int:
+        """Runs in memory: on the wheel, and due but waiting for a throttled target's grant."""
+        return self.holding.held + self.throttle.waiting
+
     def _shed_if_starving(self, now: datetime) -> None:
-        count = self.gate.to_shed(self.holding.held, now)
+        count = self.gate.to_shed(self._held(), now)
         if not count:
             return
-        shed = self.holding.shed(count)
+        # Runs waiting at a throttled target go first: they are the backlog that starves the
+        # others, and the sweeper publishes them again once they are plausibly lost.
+        for release in self.throttle.shed(count):
+            self.holding.abandon(release)
+            count -= 1
+        shed = self.holding.shed(count) if count > 0 else []
         if shed:
             log_event(
                 log,
@@ -346,6 +359,7 @@ class Dispatcher:
         )
         stats_every = self.config.stats_interval
         next_stats = self._clock() + stats_every
+        await self.refresh_flow()  # limits known before the first release
         try:
             while not self.app.should_stop:
                 await self.release_due()
@@ -376,7 +390,9 @@ class Dispatcher:
         """Publish every run due now; ack what the broker acknowledged. Returns runs released."""
         holding = self.holding
         taken_at = self.db_now()
-        releases = holding.due(taken_at)
+        releases = self.throttle.admit(holding.due(taken_at))
+        if self.throttle.waiting and self._clock() >= self._next_grant:
+            releases += await self.grant()
         if not releases and not holding.in_flight:
             return 0
         outcomes = await self.publisher.publish(releases)
@@ -426,12 +442,46 @@ class Dispatcher:
             self._log_released(lines, start_lag, acknowledged_at - taken_at)
         return len(lines)
 
+    async def grant(self) -> list[Release[Any]]:
+        """Ask PostgreSQL which runs waiting at throttled targets may go now (one statement
+        round for every waiting target); on a database error nothing goes this time."""
+        self._next_grant = self._clock() + self.config.throttle_interval
+        requests = self.throttle.requests()
+        if not requests:
+            return []
+        try:
+            counts = await self.recorder.on_db(lambda store: store.targets_grant(requests))
+        except StoreError as exc:
+            log_event(log, "throttle.grant_failed", logging.WARNING, reason=str(exc))
+            counts = {}
+        return self.throttle.granted(counts)
+
+    async def refresh_flow(self) -> None:
+        """Re-read the targets' limits and tenants' weights; report what waits per target."""
+        try:
+            limits, weights = await self.recorder.on_db(lambda store: store.flow_settings())
+        except StoreError as exc:
+            log_event(log, "throttle.limits_failed", logging.WARNING, reason=str(exc))
+            return
+        self.throttle.set_limits(limits, weights)
+        waiting = self.throttle.waiting_per_target()
+        if waiting or self._reported_waiting:
+            dispatcher = self.recorder.worker_id
+            try:
+                await self.recorder.on_db(
+                    lambda store: store.targets_report_waiting(dispatcher, waiting)
+                )
+            except StoreError as exc:
+                log_event(log, "throttle.report_failed", logging.WARNING, reason=str(exc))
+                return
+            self._reported_waiting = bool(waiting)
+
     async def _record_loop(self) -> None:
         """Write the fast path's successes every ``record_interval``, then ack their records;
         read the database clock every ``clock_probe_interval``."""
         interval = self.config.record_interval.total_seconds()
         retry = self.config.retry_interval.total_seconds()
-        next_probe = self._clock()
+        next_probe = next_limits = self._clock()
         while not self.app.should_stop and not self._closing:
             await asyncio.sleep(interval)
             if self._closing:  # the shutdown hook writes what is left, then closes the thread
@@ -439,6 +489,9 @@ class Dispatcher:
             if self._clock() >= next_probe:
                 await self.probe_clock()
                 next_probe = self._clock() + self.config.clock_probe_interval
+            if self._clock() >= next_limits:
+                await self.refresh_flow()
+                next_limits = self._clock() + self.config.limits_interval
             if not await self.record_emitted():
                 await asyncio.sleep(retry)
 
@@ -496,6 +549,8 @@ class Dispatcher:
 
     def _sleep_for(self, now: datetime) -> float:
         cap = self.config.max_sleep.total_seconds()
+        if self.throttle.waiting:
+            cap = min(cap, self.config.throttle_interval.total_seconds())
         next_due = self.holding.next_due()
         if next_due is None:
             return cap
@@ -513,7 +568,7 @@ class Dispatcher:
     async def _on_revoked(self, sender: Any, *args: Any, **kwargs: Any) -> None:
         revoked: Iterable[Any] = args[0]
         partitions = {(tp.topic, tp.partition) for tp in revoked}
-        dropped = self.holding.revoke(partitions)
+        dropped = self.holding.revoke(partitions) + self.throttle.revoke(partitions)
         log_event(log, "partitions.revoked", count=len(partitions), dropped_runs=dropped)
         self._apply_gate(self.db_now())
 
@@ -555,6 +610,8 @@ class Dispatcher:
             emit_rerouted=counters.rerouted,
             emit_skipped=self.emit_skipped,
             intake_paused=self._paused,
+            throttled_now=self.throttle.waiting,
+            throttled_total=self.throttle.throttled_total,
             lateness_max_ms=round(counters.lateness_max_ms, 3),
             lateness_mean_ms=round(counters.lateness_mean_ms, 3),
             clock_offset_ms=self.clock_offset.estimate_ms,

@@ -57,6 +57,10 @@ class DispatcherConfig:
             the offset estimate, see :mod:`duetime_dispatcher.clock_offset`).
         record_interval: how often the Kafka fast path's successes are written to PostgreSQL
             (one statement per batch; their source records are acked after the write).
+        throttle_interval: how often runs waiting at throttled targets ask PostgreSQL for a
+            grant (one statement round for all such targets; none while nothing waits).
+        limits_interval: how often the targets' limits and tenants' weights are re-read, so
+            ``duetime targets set`` takes effect without a restart.
         stop_grace: the longest a stop may take once it has begun (SIGTERM, SIGINT); then the
             process exits whatever it still waits for (a commit or flush to a broker that is
             gone). Runs not yet acknowledged are read again by the next dispatcher. Below the
@@ -83,6 +87,8 @@ class DispatcherConfig:
     record_interval: timedelta = timedelta(milliseconds=25)
     clock_probe_interval: timedelta = timedelta(seconds=10)
     stop_grace: timedelta = timedelta(seconds=5)
+    throttle_interval: timedelta = timedelta(milliseconds=50)
+    limits_interval: timedelta = timedelta(seconds=2)
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
@@ -109,6 +115,8 @@ class DispatcherConfig:
             "record_interval": self.record_interval,
             "clock_probe_interval": self.clock_probe_interval,
             "stop_grace": self.stop_grace,
+            "throttle_interval": self.throttle_interval,
+            "limits_interval": self.limits_interval,
         }
         for name, value in positive.items():
             if value <= timedelta(0):

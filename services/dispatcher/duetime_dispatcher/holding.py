@@ -250,6 +250,15 @@ class Holding(Generic[T]):
         if not release.claim.dropped:
             self._wheel.add(key, routed.due_at, _Held(routed, release.source, release.claim))
 
+    def abandon(self, release: Release[T]) -> None:
+        """Give the release up unreleased (throttled and shed for back-pressure): its record is
+        settled, so it is acked, and the planner's sweeper publishes the run again later."""
+        key = release.key
+        if self._in_flight.get(key) is release:
+            del self._in_flight[key]
+        self._ledger.settle(release.claim)
+        self.counters.shed += 1
+
     def settle(self, release: Release[T]) -> None:
         """The work after a delivered release is done too: its record may be acked."""
         self._ledger.settle(release.claim)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -29,7 +29,9 @@ from confluent_kafka import Producer
 from duetime.bus.records import RUN_RESULTS
 from duetime.errors import StoreError
 from duetime.events import RunResult
+from duetime.flow import TargetLimit
 from duetime.logs import event as log_event
+from duetime.store.flow import GrantRequest
 
 from .fast_path import Emission
 from .holding import Release
@@ -53,6 +55,12 @@ class DispatcherStore(Protocol):
     ) -> set[tuple[uuid.UUID, int]]: ...
 
     def db_clock(self) -> datetime: ...
+
+    def targets_grant(self, requests: Sequence[GrantRequest]) -> dict[str, int]: ...
+
+    def flow_settings(self) -> tuple[dict[str, TargetLimit], dict[str, int]]: ...
+
+    def targets_report_waiting(self, dispatcher: str, waiting: Mapping[str, int]) -> None: ...
 
 
 @dataclass(eq=False, slots=True)

@@ -52,6 +52,8 @@ class Routed:
         run: the decoded value, when the record had to be decoded (no routing headers).
         emission: for a Kafka target on the fast path, the job's record to emit at the due
             instant instead of forwarding this one (:mod:`duetime_dispatcher.fast_path`).
+        target_service: the throttling key (None: an older record without the header).
+        tenant: the fairness key inside a throttled target.
     """
 
     run_id: uuid.UUID
@@ -64,6 +66,8 @@ class Routed:
     sent_at_ms: int | None = None
     run: RunEvent | None = None
     emission: Emission | None = None
+    target_service: str | None = None
+    tenant: str | None = None
 
     @property
     def key(self) -> RunKey:
@@ -90,8 +94,22 @@ def route_record(value: bytes | None, headers: Headers) -> Routed:
             headers,
             str(routing.run_id).encode("ascii"),
             routing.sent_at_ms,
+            target_service=routing.target_service,
+            tenant=routing.tenant,
         )
     run = RUN_EVENTS.decode(value, headers)
     kind = "kafka" if isinstance(run.target, KafkaTarget) else "http"
     key = str(run.run_id).encode("ascii")
-    return Routed(run.run_id, run.attempt, run.due_at, kind, value, headers, key, None, run)
+    return Routed(
+        run.run_id,
+        run.attempt,
+        run.due_at,
+        kind,
+        value,
+        headers,
+        key,
+        None,
+        run,
+        target_service=run.target_service,
+        tenant=run.tenant,
+    )
