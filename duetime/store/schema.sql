@@ -158,14 +158,33 @@ CREATE TABLE public.runs (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     publish_count integer DEFAULT 0 NOT NULL,
+    released_at timestamp with time zone,
+    throttled_ms bigint,
     CONSTRAINT runs_attempt_check CHECK ((attempt >= 0)),
     CONSTRAINT runs_attempts_bound CHECK ((attempt <= max_attempts)),
     CONSTRAINT runs_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT runs_publish_count_check CHECK ((publish_count >= 0)),
     CONSTRAINT runs_running_has_lease CHECK (((state <> 'running'::text) OR ((lease_token IS NOT NULL) AND (lease_expires_at IS NOT NULL)))),
-    CONSTRAINT runs_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'running'::text, 'succeeded'::text, 'dead'::text, 'cancelled'::text, 'skipped'::text])))
+    CONSTRAINT runs_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'running'::text, 'succeeded'::text, 'dead'::text, 'cancelled'::text, 'skipped'::text]))),
+    CONSTRAINT runs_throttled_ms_check CHECK ((throttled_ms >= 0))
 )
 PARTITION BY RANGE (scheduled_for);
+
+CREATE TABLE public.target_slots (
+    target_service text NOT NULL,
+    run_id uuid NOT NULL,
+    attempt integer NOT NULL,
+    granted_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT target_slots_attempt_check CHECK ((attempt >= 1))
+);
+
+CREATE TABLE public.target_waiting (
+    target_service text NOT NULL,
+    dispatcher text NOT NULL,
+    waiting integer NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT target_waiting_waiting_check CHECK ((waiting >= 0))
+);
 
 CREATE TABLE public.targets (
     target_service text NOT NULL,
@@ -173,6 +192,9 @@ CREATE TABLE public.targets (
     burst integer,
     max_in_flight integer,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    tokens double precision,
+    refilled_at timestamp with time zone,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT targets_burst_check CHECK ((burst > 0)),
     CONSTRAINT targets_max_in_flight_check CHECK ((max_in_flight > 0)),
     CONSTRAINT targets_rate_per_second_check CHECK ((rate_per_second > (0)::double precision))
@@ -209,6 +231,12 @@ ALTER TABLE ONLY public.runs
 
 ALTER TABLE ONLY public.runs
     ADD CONSTRAINT runs_pkey PRIMARY KEY (run_id, scheduled_for);
+
+ALTER TABLE ONLY public.target_slots
+    ADD CONSTRAINT target_slots_pkey PRIMARY KEY (target_service, run_id, attempt);
+
+ALTER TABLE ONLY public.target_waiting
+    ADD CONSTRAINT target_waiting_pkey PRIMARY KEY (target_service, dispatcher);
 
 ALTER TABLE ONLY public.targets
     ADD CONSTRAINT targets_pkey PRIMARY KEY (target_service);
