@@ -32,6 +32,7 @@ from duetime.bus.target_records import format_instant
 from duetime.bus.topics import TopicCatalog, TopicSpec
 from duetime.config import Settings
 from duetime.errors import CodecError
+from duetime.lifetime import parent_death_preexec
 from duetime.model import HttpTarget, KafkaTarget, RunEvent, run_id_for
 from duetime.store import NewRun, Store
 from duetime_infra import KafkaBroker
@@ -87,6 +88,8 @@ class DispatcherProcess:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
+            # A test session that is killed takes its dispatchers with it.
+            preexec_fn=parent_death_preexec(signal.SIGTERM),
         )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
