@@ -160,7 +160,7 @@ def hard_exit(what: str, reason: str, grace: float, *, group: bool) -> None:
     for handler in logging.getLogger().handlers:
         with contextlib.suppress(Exception):
             handler.flush()
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, ValueError):  # a broken pipe, a closed stream
         sys.stdout.flush()
     if group and os.getpgrp() == os.getpid():
         with contextlib.suppress(OSError):
