@@ -32,15 +32,18 @@ from datetime import UTC, datetime
 __all__ = [
     "ATTEMPT",
     "DUE_AT_MS",
+    "RELEASED_AT_MS",
     "RUN_ID",
     "SENT_AT_MS",
     "TARGET",
     "TARGET_KIND",
     "TENANT",
+    "THROTTLED_MS",
     "RunRouting",
     "epoch_ms",
     "epoch_ms_ceil",
     "from_epoch_ms",
+    "read_release",
     "read_routing",
     "routing_headers",
 ]
@@ -52,6 +55,10 @@ TARGET_KIND = "duetime-target-kind"
 SENT_AT_MS = "duetime-sent-at-ms"
 TARGET = "duetime-target"
 TENANT = "duetime-tenant"
+# Added by the dispatcher on runs.ready: when it released the run (database clock, epoch ms)
+# and how long throttling held it; the worker's claim records both on the run.
+RELEASED_AT_MS = "duetime-released-at-ms"
+THROTTLED_MS = "duetime-throttled-ms"
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -152,6 +159,25 @@ class RoutingHeaders:
     ) -> tuple[tuple[str, bytes], tuple[str, bytes]]:
         """The target and tenant headers of a job's runs."""
         return (TARGET, target_service.encode()), (TENANT, tenant.encode())
+
+
+def read_release(
+    headers: Sequence[tuple[str, bytes | None]] | None,
+) -> tuple[datetime | None, int | None]:
+    """(released_at, throttled_ms) as the dispatcher stamped them; None where missing or bad."""
+    released: datetime | None = None
+    throttled: int | None = None
+    for key, value in headers or ():
+        if value is None:
+            continue
+        try:
+            if key == RELEASED_AT_MS:
+                released = from_epoch_ms(int(value))
+            elif key == THROTTLED_MS:
+                throttled = max(0, int(value))
+        except (ValueError, OverflowError, OSError):
+            continue
+    return released, throttled
 
 
 def read_routing(headers: Sequence[tuple[str, bytes | None]] | None) -> RunRouting | None:

@@ -39,7 +39,8 @@ def _list(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
-        print_json([{**{c: r[c] for c in _COLUMNS}, "last_error": r["last_error"]} for r in rows])
+        extra = ("released_at", "throttled_ms", "last_error")
+        print_json([{**{c: r[c] for c in _COLUMNS}, **{c: r[c] for c in extra}} for r in rows])
     else:
         print_table(rows, _COLUMNS)
     return 0

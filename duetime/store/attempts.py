@@ -64,6 +64,10 @@ class ClaimRequest:
     attempt: int
     lease_token: uuid.UUID
     lease: timedelta
+    # When the dispatcher released this attempt and how long throttling held it (from the
+    # record's stamps); recorded on the run by the claim. None: not stamped (kept as it was).
+    released_at: datetime | None = None
+    throttled_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,8 @@ def claim_batch(
             "attempts": [r.attempt for r in requests],
             "lease_tokens": [r.lease_token for r in requests],
             "lease_ms": [int(r.lease / _MS) for r in requests],
+            "released_ats": [r.released_at for r in requests],
+            "throttled_ms": [r.throttled_ms for r in requests],
         },
     ).all()
     return {

@@ -372,12 +372,14 @@ class Store:
 
     # dispatcher ------------------------------------------------------------------------------
     def runs_emitted(
-        self, worker: str, emitted: Sequence[tuple[uuid.UUID, datetime, int, datetime, datetime]]
+        self,
+        worker: str,
+        emitted: Sequence[tuple[uuid.UUID, datetime, int, datetime, datetime, int]],
     ) -> set[tuple[uuid.UUID, int]]:
         """Record Kafka-target runs the dispatcher emitted itself as succeeded, in one statement
-        (``dispatcher.sql``). ``emitted``: (run_id, scheduled_for, attempt, started_at,
-        finished_at). Returns the (run_id, attempt) it recorded; the others had already been
-        handled (a worker, or this same record earlier) and are left alone."""
+        (``dispatcher.sql``). ``emitted``: (run_id, scheduled_for, attempt, started_at = released
+        at, finished_at, throttled_ms). Returns the (run_id, attempt) it recorded; the others
+        had already been handled (a worker, or this same record earlier) and are left alone."""
         if not emitted:
             return set()
         with self.tx() as tx:
@@ -390,6 +392,7 @@ class Store:
                     "attempts": [e[2] for e in emitted],
                     "started_ats": [e[3] for e in emitted],
                     "finished_ats": [e[4] for e in emitted],
+                    "throttled_ms": [e[5] for e in emitted],
                 },
             )
         return {(row.run_id, row.attempt) for row in rows}

@@ -27,7 +27,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from duetime.bus.kafka import consumer_config, create_topics, producer_config
 from duetime.bus.records import RUN_EVENTS, RUN_RESULTS
-from duetime.bus.run_headers import epoch_ms, routing_headers
+from duetime.bus.run_headers import epoch_ms, read_release, routing_headers
 from duetime.bus.target_records import format_instant
 from duetime.bus.topics import TopicCatalog, TopicSpec
 from duetime.config import Settings
@@ -433,7 +433,12 @@ def test_routes_from_headers_and_forwards_the_record_untouched(
         [arrival] = ready.keyed(key)
         assert arrival.created_ms >= epoch_ms(due_at), "released before the header's due_at"
         assert arrival.arrived_at - due_at <= LATE_BOUND
-        assert arrival.headers == [(k, v) for k, v in headers]
+        # The headers as sent, then the dispatcher's stamps: released when due, not throttled.
+        assert arrival.headers[: len(headers)] == [(k, v) for k, v in headers]
+        released_at, throttled_ms = read_release(arrival.headers[len(headers) :])
+        assert len(arrival.headers) == len(headers) + 2
+        assert released_at is not None and released_at >= due_at - timedelta(milliseconds=1)
+        assert throttled_ms == 0
     for run in runs:
         assert ready.of(run)[0].value == RUN_EVENTS.encode(run)
     assert ready.keyed(opaque_key)[0].value == b"opaque bytes"
@@ -568,6 +573,9 @@ def test_kafka_targets_are_emitted_by_the_dispatcher_and_recorded_in_batches(
     for run in runs:
         found = row(run)
         assert found.attempt == 1 and found.worker.startswith("dispatcher:")
+        # Released when due, not throttled (no limits): the lateness is accounted on the row.
+        assert found.released_at >= run.due_at - timedelta(milliseconds=1)
+        assert found.throttled_ms == 0
         [attempt] = store.run_attempts_list(run.run_id)
         assert (attempt.attempt, attempt.outcome) == (1, "succeeded")
     results = read_all(

@@ -6,13 +6,14 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
 
 from duetime.flow import TargetLimit
 from duetime.store import Store, flow
+from duetime.store.attempts import ClaimRequest
 from duetime.store.flow import Candidate, GrantRequest
 
 pytestmark = pytest.mark.integration
@@ -153,3 +154,29 @@ def test_overview_lists_limits_in_flight_and_waiting_runs(store: Store) -> None:
         assert {o.target_service: o for o in flow.overview(tx.conn)}[
             "slow.example.com"
         ].throttled == 2
+
+
+def test_a_claim_records_when_the_attempt_was_released_and_how_long_it_was_throttled(
+    store: Store,
+) -> None:
+    [run_id] = _runs(store, "api.example.com", 1)
+    with store.engine.begin() as conn:
+        scheduled_for = conn.execute(
+            text("SELECT scheduled_for FROM runs WHERE run_id = :id"), {"id": run_id}
+        ).scalar_one()
+    released = datetime.now(UTC).replace(microsecond=0)
+    request = ClaimRequest(
+        run_id,
+        scheduled_for,
+        1,
+        uuid.uuid4(),
+        timedelta(seconds=30),
+        released_at=released,
+        throttled_ms=1250,
+    )
+    assert store.runs_claim_batch("worker-1", [request])
+    with store.engine.begin() as conn:
+        row = conn.execute(
+            text("SELECT released_at, throttled_ms FROM runs WHERE run_id = :id"), {"id": run_id}
+        ).one()
+    assert (row.released_at, row.throttled_ms) == (released, 1250)

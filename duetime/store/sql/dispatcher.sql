@@ -10,14 +10,15 @@
 WITH req AS (
     SELECT * FROM unnest(CAST(:run_ids AS uuid[]), CAST(:scheduled_fors AS timestamptz[]),
                          CAST(:attempts AS integer[]), CAST(:started_ats AS timestamptz[]),
-                         CAST(:finished_ats AS timestamptz[]))
-        AS t(run_id, scheduled_for, attempt, started_at, finished_at)
+                         CAST(:finished_ats AS timestamptz[]), CAST(:throttled_ms AS bigint[]))
+        AS t(run_id, scheduled_for, attempt, started_at, finished_at, throttled_ms)
 ), done AS (
     UPDATE runs r SET state = 'succeeded', attempt = req.attempt, worker = :worker,
                       lease_token = NULL, lease_expires_at = NULL, progress = NULL,
                       next_attempt_at = NULL, last_error = NULL,
                       started_at = COALESCE(r.started_at, req.started_at),
                       finished_at = req.finished_at,
+                      released_at = req.started_at, throttled_ms = req.throttled_ms,
                       published_at = COALESCE(r.published_at, now()), updated_at = now()
     FROM req
     WHERE r.run_id = req.run_id AND r.scheduled_for = req.scheduled_for

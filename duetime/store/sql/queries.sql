@@ -81,7 +81,7 @@ LIMIT :limit;
 
 -- name: runs_list
 SELECT run_id, job_id, tenant, scheduled_for, due_at, state, attempt, max_attempts, worker,
-       started_at, finished_at, last_error, published_at
+       released_at, throttled_ms, started_at, finished_at, last_error, published_at
 FROM runs
 WHERE (CAST(:job_id AS text) IS NULL OR job_id = :job_id)
 ORDER BY scheduled_for DESC, job_id

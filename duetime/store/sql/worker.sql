@@ -11,13 +11,16 @@
 WITH req AS (
     SELECT * FROM unnest(CAST(:run_ids AS uuid[]), CAST(:scheduled_fors AS timestamptz[]),
                          CAST(:attempts AS integer[]), CAST(:lease_tokens AS uuid[]),
-                         CAST(:lease_ms AS bigint[]))
-        AS t(run_id, scheduled_for, attempt, lease_token, lease_ms)
+                         CAST(:lease_ms AS bigint[]), CAST(:released_ats AS timestamptz[]),
+                         CAST(:throttled_ms AS bigint[]))
+        AS t(run_id, scheduled_for, attempt, lease_token, lease_ms, released_at, throttled_ms)
 ), claimed AS (
     UPDATE runs r SET state = 'running', attempt = req.attempt, lease_token = req.lease_token,
                       lease_expires_at = now() + req.lease_ms * interval '1 millisecond',
                       worker = :worker, started_at = COALESCE(r.started_at, now()),
-                      progress = NULL, next_attempt_at = NULL, updated_at = now()
+                      progress = NULL, next_attempt_at = NULL, updated_at = now(),
+                      released_at = COALESCE(req.released_at, r.released_at),
+                      throttled_ms = COALESCE(req.throttled_ms, r.throttled_ms)
     FROM req
     WHERE r.run_id = req.run_id AND r.scheduled_for = req.scheduled_for
       AND r.state = 'scheduled' AND r.attempt = req.attempt - 1

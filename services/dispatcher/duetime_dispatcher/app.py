@@ -454,7 +454,7 @@ class Dispatcher:
         except StoreError as exc:
             log_event(log, "throttle.grant_failed", logging.WARNING, reason=str(exc))
             counts = {}
-        return self.throttle.granted(counts)
+        return self.throttle.granted(counts, self.db_now())
 
     async def refresh_flow(self) -> None:
         """Re-read the targets' limits and tenants' weights; report what waits per target."""

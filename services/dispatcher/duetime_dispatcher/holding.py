@@ -81,6 +81,7 @@ class Release(Generic[T]):
     taken_at: datetime
     claim: Claim[T]
     key: RunKey
+    throttled_ms: int = 0  # how long a grant kept it waiting after ``taken_at``
 
 
 @dataclass(slots=True)

@@ -2,33 +2,46 @@
 the job's topic) and report which ones the broker acknowledged.
 
 The record goes on as it was read: the same value bytes and the same headers (schema fingerprint
-and routing), keyed by ``run_id`` so that one busy target spreads over every partition of
-``runs.ready`` and every worker process (throttling per target is the dispatcher's job, not the
-partitioner's). A release only counts once the broker has it (``acks=all``); only then may the
-source record be acked. The produce calls and the flush run in a worker thread, so a spike of
-100k releases, or a broker that is slow to answer, never blocks the event loop that keeps
-consuming and heartbeating.
+and routing) plus two stamps (``duetime-released-at-ms``, ``duetime-throttled-ms``: when it was
+released, on the database clock, and how long throttling held it), keyed by ``run_id`` so that
+one busy target spreads over every partition of ``runs.ready`` and every worker process
+(throttling per target is the dispatcher's job, not the partitioner's). A release only counts
+once the broker has it (``acks=all``); only then may the source record be acked. The produce
+calls and the flush run in a worker thread, so a spike of 100k releases, or a broker that is
+slow to answer, never blocks the event loop that keeps consuming and heartbeating.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, Generic, TypeVar, cast
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from duetime.bus.kafka import producer_config
+from duetime.bus.run_headers import RELEASED_AT_MS, THROTTLED_MS, epoch_ms
 from duetime.config import Settings
 
 from .holding import Release
 
-__all__ = ["Outcomes", "ReadyPublisher"]
+__all__ = ["Outcomes", "ReadyPublisher", "release_stamp"]
 
 T = TypeVar("T")
 
 #: (release, None) when the broker acknowledged it, (release, reason) when it refused it.
 Outcomes = list[tuple[Release[T], str | None]]
+
+
+def release_stamp(release: Release[Any]) -> list[tuple[str, bytes]]:
+    """The headers saying when ``release`` left (taken off the wheel, plus any throttled wait)
+    and how long throttling held it."""
+    released_ms = epoch_ms(release.taken_at) + release.throttled_ms
+    return [
+        (RELEASED_AT_MS, str(released_ms).encode("ascii")),
+        (THROTTLED_MS, str(release.throttled_ms).encode("ascii")),
+    ]
 
 
 class ReadyPublisher(Generic[T]):
@@ -61,6 +74,7 @@ class ReadyPublisher(Generic[T]):
         # The hot path of a spike: every argument was computed when the record was read, so a
         # release is one produce call and one small closure for its delivery report.
         produce, topic = self._producer.produce, self._topic
+        stamps: dict[tuple[datetime, int], list[tuple[str, bytes]]] = {}
         for release in releases:
             routed = release.routed
             emission = routed.emission
@@ -72,11 +86,17 @@ class ReadyPublisher(Generic[T]):
 
             try:
                 if emission is None:
+                    # When it was released and how long throttling held it, for the worker's
+                    # claim to record (one pair per round and wait: releases share them).
+                    stamp_key = (release.taken_at, release.throttled_ms)
+                    stamp = stamps.get(stamp_key)
+                    if stamp is None:
+                        stamp = stamps[stamp_key] = release_stamp(release)
                     produce(
                         topic,
                         routed.value,
                         routed.ready_key,
-                        headers=cast(Any, routed.headers),
+                        headers=cast(Any, [*routed.headers, *stamp]),
                         on_delivery=report,
                     )
                 else:  # the Kafka fast path: the job's own record on the job's own topic
@@ -99,7 +119,7 @@ class ReadyPublisher(Generic[T]):
         key: bytes | None
         if emission is None:
             to, value, key = self._topic, routed.value, routed.ready_key
-            headers: Any = routed.headers
+            headers: Any = [*routed.headers, *release_stamp(release)]
         else:
             to, value, key = emission.topic, emission.value, emission.key
             headers = emission.headers

@@ -43,8 +43,9 @@ R = TypeVar("R")
 
 log = logging.getLogger("duetime.dispatcher")
 
-#: (run_id, scheduled_for, attempt, started_at, finished_at)
-EmittedRow = tuple[uuid.UUID, datetime, int, datetime, datetime]
+#: (run_id, scheduled_for, attempt, started_at, finished_at, throttled_ms); started_at is when
+#: the run was released (off the wheel, plus any throttled wait).
+EmittedRow = tuple[uuid.UUID, datetime, int, datetime, datetime, int]
 
 
 class DispatcherStore(Protocol):
@@ -70,8 +71,16 @@ class _Done(Generic[T]):  # not frozen: one per emitted run, and frozen __init__
     finished_at: datetime
 
     def row(self) -> EmittedRow:
-        run = self.emission.run
-        return (run.run_id, run.scheduled_for, run.attempt, self.release.taken_at, self.finished_at)
+        run, release = self.emission.run, self.release
+        released = release.taken_at + timedelta(milliseconds=release.throttled_ms)
+        return (
+            run.run_id,
+            run.scheduled_for,
+            run.attempt,
+            released,
+            self.finished_at,
+            release.throttled_ms,
+        )
 
 
 class EmittedRecorder(Generic[T]):

@@ -36,6 +36,7 @@ T = TypeVar("T")
 Item = TypeVar("Item")
 
 _UNKNOWN_TENANT = ""
+_MS = timedelta(milliseconds=1)
 
 
 class FairQueue(Generic[Item]):
@@ -174,13 +175,17 @@ class Throttle(Generic[T]):
             requests.append(GrantRequest(target, candidates))
         return requests
 
-    def granted(self, counts: Mapping[str, int]) -> list[Release[T]]:
-        """The grant's answer: the allowed prefix of each request leaves, the rest waits in
-        front. A target missing from ``counts`` (the grant failed) gets nothing this time."""
+    def granted(self, counts: Mapping[str, int], now: datetime) -> list[Release[T]]:
+        """The grant's answer at ``now``: the allowed prefix of each request leaves (stamped with
+        how long it waited), the rest waits in front. A target missing from ``counts`` (the grant
+        failed) gets nothing this time."""
         leaving: list[Release[T]] = []
         for target, asked in self._asked.items():
             count = max(0, min(counts.get(target, 0), len(asked)))
-            leaving.extend(release for _tenant, release in asked[:count])
+            for _tenant, release in asked[:count]:
+                waited = (now - release.taken_at) / _MS
+                release.throttled_ms = max(0, int(waited))
+                leaving.append(release)
             if count < len(asked):
                 self._queues[target].put_back(asked[count:])
         self._asked.clear()

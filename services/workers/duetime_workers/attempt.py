@@ -157,8 +157,12 @@ class AttemptRunner:
         await self.claims.stop()
         await self.completions.stop()
 
-    async def run(self, run: RunEvent) -> AttemptReport:
-        claimed = await self._claim(run)
+    async def run(
+        self, run: RunEvent, released_at: datetime | None = None, throttled_ms: int | None = None
+    ) -> AttemptReport:
+        """One attempt of ``run``: claim, execute under the lease, complete. ``released_at`` and
+        ``throttled_ms`` are the dispatcher's stamps on the record, recorded by the claim."""
+        claimed = await self._claim(run, released_at, throttled_ms)
         if isinstance(claimed, AttemptReport):
             return claimed
         claim, sent_at = claimed
@@ -180,11 +184,21 @@ class AttemptRunner:
         return await self._finish(run, claim, lease, completion)
 
     # claim --------------------------------------------------------------------------------
-    async def _claim(self, run: RunEvent) -> tuple[Claim, float] | AttemptReport:
+    async def _claim(
+        self, run: RunEvent, released_at: datetime | None, throttled_ms: int | None
+    ) -> tuple[Claim, float] | AttemptReport:
         """The claim and the monotonic time its statement was sent, or why there is none."""
         ctx = _context(run)
         # One token for every try: a retry after a lost reply must recognise its own claim.
-        request = ClaimRequest(run.run_id, run.scheduled_for, run.attempt, uuid.uuid4(), run.lease)
+        request = ClaimRequest(
+            run.run_id,
+            run.scheduled_for,
+            run.attempt,
+            uuid.uuid4(),
+            run.lease,
+            released_at=released_at,
+            throttled_ms=throttled_ms,
+        )
         give_up_at = self._monotonic() + self._config.claim_give_up.total_seconds()
         pause = _CLAIM_RETRY_FIRST
         while True:

@@ -30,12 +30,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from duetime.bus.records import RUN_EVENTS
+from duetime.bus.run_headers import read_release
 from duetime.errors import CodecError
 from duetime.model import RunEvent
 
@@ -57,6 +58,8 @@ class Fetched:
     run: RunEvent
     partition: Partition
     offset: int
+    released_at: datetime | None = None  # the dispatcher's stamps (duetime-released-at-ms ...)
+    throttled_ms: int | None = None
 
 
 class Slots:
@@ -217,8 +220,9 @@ class ReadyConsumer:
             return  # not a record (librdkafka only returns these with an error set)
         partition: Partition = (topic, index)
         self._tracker.fetched(partition, offset)
+        headers = _headers(message)
         try:
-            run = decode_run(message.value(), _headers(message))
+            run = decode_run(message.value(), headers)
         except CodecError as exc:
             event(
                 "run.undecodable",
@@ -230,7 +234,8 @@ class ReadyConsumer:
             )
             self._tracker.handled(partition, offset)
             return
-        fetched = Fetched(run, partition, offset)
+        released_at, throttled_ms = read_release(headers)
+        fetched = Fetched(run, partition, offset, released_at, throttled_ms)
         if self._slots.free() > 0 and not self._waiting:
             self._dispatch(fetched)
         else:

@@ -220,7 +220,9 @@ class WorkerService:
                 self._slots.release()
             return
         for fetched in batch:
-            task = asyncio.create_task(runner.run(fetched.run))
+            task = asyncio.create_task(
+                runner.run(fetched.run, fetched.released_at, fetched.throttled_ms)
+            )
             self._tasks.add(task)
             task.add_done_callback(functools.partial(self._finished, fetched=fetched))
 
