@@ -68,6 +68,8 @@ class ClaimRequest:
     # record's stamps); recorded on the run by the claim. None: not stamped (kept as it was).
     released_at: datetime | None = None
     throttled_ms: int | None = None
+    # The run's job, for its overlap policy; None: claim without looking (tools, tests).
+    job_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,10 +99,77 @@ class AttemptEnd:
     retry_delay: timedelta = timedelta(0)
 
 
+#: How long a buffer_one run waits before it is offered again (the outbox re-publishes it).
+OVERLAP_WAIT = timedelta(seconds=1)
+
+
 def claim_batch(
     conn: Connection, worker: str, requests: Sequence[ClaimRequest]
 ) -> dict[uuid.UUID, Claim]:
-    """Claims that succeeded (or had already succeeded), by lease token."""
+    """Claims that succeeded (or had already succeeded), by lease token.
+
+    Runs of jobs with an overlap policy (``skip``, ``buffer_one``) are decided one by one under
+    their job's row lock (:func:`_claim_overlapping`); all others are claimed in one statement.
+    """
+    if not requests:
+        return {}
+    job_ids = sorted({r.job_id for r in requests if r.job_id is not None})
+    policies: dict[str, str] = {}
+    if job_ids:
+        found = conn.execute(query("runs_overlap_jobs"), {"job_ids": job_ids}).all()
+        policies = {row.job_id: row.overlap for row in found}
+    if not policies:
+        return _claim(conn, worker, requests)
+    plain = [r for r in requests if r.job_id not in policies]
+    claims = _claim(conn, worker, plain)
+    constrained = sorted(
+        (r for r in requests if r.job_id in policies), key=lambda r: r.scheduled_for
+    )
+    for request in constrained:
+        assert request.job_id is not None
+        claims.update(_claim_overlapping(conn, worker, request, policies[request.job_id]))
+    return claims
+
+
+def _claim_overlapping(
+    conn: Connection, worker: str, request: ClaimRequest, policy: str
+) -> dict[uuid.UUID, Claim]:
+    """One run of a job with an overlap policy, its job's row locked by the caller.
+
+    ``skip``: while another run of the job is in progress (running, or an earlier run waiting
+    for its retry), this one is recorded ``skipped`` (reason ``overlap``) and not executed.
+    ``buffer_one``: it waits instead (offered again every ``OVERLAP_WAIT``) unless another run
+    of the job already waits, in which case it is skipped; a waiting run goes first once the job
+    is free, and a newer run that finds one waiting is skipped.
+    """
+    keys = {
+        "run_id": request.run_id,
+        "scheduled_for": request.scheduled_for,
+        "attempt": request.attempt,
+    }
+    state = conn.execute(query("runs_overlap_state"), {**keys, "job_id": request.job_id}).one()
+    if policy == "skip" and state.busy:
+        _skip(conn, keys, "overlap: the job's previous run was still in progress")
+        return {}
+    if policy == "buffer_one" and (state.busy or state.other_waiting):
+        if state.other_waiting:
+            _skip(conn, keys, "overlap: another run of the job was already waiting")
+        else:
+            conn.execute(
+                query("runs_overlap_wait"),
+                {**keys, "wait_ms": OVERLAP_WAIT / timedelta(milliseconds=1)},
+            )
+        return {}
+    return _claim(conn, worker, [request])
+
+
+def _skip(conn: Connection, keys: dict[str, object], reason: str) -> None:
+    conn.execute(query("runs_overlap_skip"), {**keys, "reason": reason})
+
+
+def _claim(
+    conn: Connection, worker: str, requests: Sequence[ClaimRequest]
+) -> dict[uuid.UUID, Claim]:
     if not requests:
         return {}
     rows = conn.execute(

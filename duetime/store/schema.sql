@@ -160,6 +160,7 @@ CREATE TABLE public.runs (
     publish_count integer DEFAULT 0 NOT NULL,
     released_at timestamp with time zone,
     throttled_ms bigint,
+    buffered_at timestamp with time zone,
     CONSTRAINT runs_attempt_check CHECK ((attempt >= 0)),
     CONSTRAINT runs_attempts_bound CHECK ((attempt <= max_attempts)),
     CONSTRAINT runs_max_attempts_check CHECK ((max_attempts >= 1)),
@@ -247,6 +248,8 @@ ALTER TABLE ONLY public.tenants
 CREATE INDEX alerts_due_idx ON public.alerts USING btree (next_attempt_at NULLS FIRST) WHERE (state = 'pending'::text);
 
 CREATE INDEX jobs_due_idx ON public.jobs USING btree (shard_id, next_run_at) WHERE ((NOT paused) AND (next_run_at IS NOT NULL));
+
+CREATE INDEX jobs_overlap_idx ON public.jobs USING btree (job_id) WHERE (overlap <> 'allow'::text);
 
 CREATE INDEX jobs_tenant_idx ON public.jobs USING btree (tenant, job_id);
 

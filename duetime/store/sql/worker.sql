@@ -19,6 +19,7 @@ WITH req AS (
                       lease_expires_at = now() + req.lease_ms * interval '1 millisecond',
                       worker = :worker, started_at = COALESCE(r.started_at, now()),
                       progress = NULL, next_attempt_at = NULL, updated_at = now(),
+                      buffered_at = NULL,
                       released_at = COALESCE(req.released_at, r.released_at),
                       throttled_ms = COALESCE(req.throttled_ms, r.throttled_ms)
     FROM req
@@ -99,3 +100,40 @@ WITH req AS (
 SELECT lease_token FROM done
 UNION
 SELECT lease_token FROM already;
+
+-- name: runs_overlap_jobs
+-- The jobs of a claim batch that have an overlap policy, locked (in a fixed order) until the
+-- claim transaction ends: two workers claiming two runs of one such job decide one after the
+-- other, each seeing what the other committed.
+SELECT job_id, overlap FROM jobs
+WHERE job_id = ANY(:job_ids) AND overlap <> 'allow'
+ORDER BY job_id
+FOR UPDATE;
+
+-- name: runs_overlap_state
+-- Is another run of the job in progress (running, or an earlier run waiting for its retry),
+-- and is another run of it already waiting (buffered)?
+SELECT
+    EXISTS (SELECT 1 FROM runs o
+            WHERE o.job_id = :job_id AND o.run_id <> :run_id
+              AND (o.state = 'running'
+                   OR (o.state = 'scheduled' AND o.attempt >= 1
+                       AND o.scheduled_for < :scheduled_for))) AS busy,
+    EXISTS (SELECT 1 FROM runs o
+            WHERE o.job_id = :job_id AND o.run_id <> :run_id AND o.state = 'scheduled'
+              AND o.buffered_at IS NOT NULL) AS other_waiting;
+
+-- name: runs_overlap_skip
+-- The occurrence is not executed: its record says so, and why.
+UPDATE runs SET state = 'skipped', finished_at = now(), buffered_at = NULL,
+                last_error = :reason, updated_at = now()
+WHERE run_id = :run_id AND scheduled_for = :scheduled_for AND state = 'scheduled'
+  AND attempt = :attempt - 1;
+
+-- name: runs_overlap_wait
+-- buffer_one: the run waits for the running one; the outbox offers it again in :wait_ms.
+UPDATE runs SET buffered_at = COALESCE(buffered_at, now()), published_at = NULL,
+                due_at = now() + CAST(:wait_ms AS double precision) * interval '1 millisecond',
+                updated_at = now()
+WHERE run_id = :run_id AND scheduled_for = :scheduled_for AND state = 'scheduled'
+  AND attempt = :attempt - 1;

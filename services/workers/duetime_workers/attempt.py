@@ -198,6 +198,7 @@ class AttemptRunner:
             run.lease,
             released_at=released_at,
             throttled_ms=throttled_ms,
+            job_id=run.job_id,
         )
         give_up_at = self._monotonic() + self._config.claim_give_up.total_seconds()
         pause = _CLAIM_RETRY_FIRST
