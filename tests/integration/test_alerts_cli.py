@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -13,13 +12,6 @@ from duetime.store import Store
 from duetime.store.alerts import alerts_enqueue
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def cli_env(database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
-    monkeypatch.setenv("DUETIME_DATABASE_URL", database_url)
-    monkeypatch.setenv("DUETIME_DATA_DIR", str(tmp_path / "no-stack"))
-    return database_url
 
 
 def test_list_shows_alerts_newest_first(cli_env: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,13 +16,6 @@ from duetime.store import NewRun, Store
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def cli_env(database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
-    monkeypatch.setenv("DUETIME_DATABASE_URL", database_url)
-    monkeypatch.setenv("DUETIME_DATA_DIR", str(tmp_path / "no-stack"))
-    return database_url
-
-
 def _write(tmp_path: Path, jobs: list[dict[str, Any]]) -> Path:
     path = tmp_path / "jobs.json"
     path.write_text(json.dumps({"jobs": jobs}))

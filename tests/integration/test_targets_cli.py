@@ -4,20 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-from pathlib import Path
 
 import pytest
 
 from duetime.cli.main import main
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def cli_env(database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
-    monkeypatch.setenv("DUETIME_DATABASE_URL", database_url)
-    monkeypatch.setenv("DUETIME_DATA_DIR", str(tmp_path / "no-stack"))
-    return database_url
 
 
 def test_set_change_list_and_unset(cli_env: str, capsys: pytest.CaptureFixture[str]) -> None:
