@@ -6,7 +6,8 @@ Drivers' errors (psycopg, confluent-kafka, aetcd) are translated at the adapter 
     DuetimeError
     ├── InvalidInput            bad user input: a field and a reason; CLI exit code 2, API 400
     │   ├── ScheduleError       cron / zone / interval / DST-rule problems
-    │   └── JobDefinitionError  a job definition that cannot be stored
+    │   ├── JobDefinitionError  a job definition that cannot be stored
+    │   └── QuotaExceeded       writes that would take a tenant above its max_jobs
     ├── NotFound                a job or run that does not exist
     ├── ConfigError             settings that cannot work (missing URL, bad port)
     ├── StackError              the embedded stack could not start or stop a component
@@ -27,6 +28,7 @@ __all__ = [
     "JobDefinitionError",
     "LeaseLost",
     "NotFound",
+    "QuotaExceeded",
     "ScheduleError",
     "StackError",
     "StoreError",
@@ -52,6 +54,22 @@ class ScheduleError(InvalidInput):
 
 class JobDefinitionError(InvalidInput):
     """A job definition that fails validation; nothing of it is stored."""
+
+
+class QuotaExceeded(InvalidInput):
+    """A batch of job writes that would take ``tenant`` above its ``max_jobs``; nothing of it is
+    stored. ``jobs`` is what the tenant has, ``adds`` the jobs the batch would bring into it."""
+
+    def __init__(self, field: str, *, tenant: str, max_jobs: int, jobs: int, adds: int) -> None:
+        super().__init__(
+            field,
+            f"tenant {tenant} may have at most {max_jobs} jobs; "
+            f"it has {jobs} and this batch adds {adds}",
+        )
+        self.tenant = tenant
+        self.max_jobs = max_jobs
+        self.jobs = jobs
+        self.adds = adds
 
 
 class NotFound(DuetimeError):

@@ -15,25 +15,43 @@ re-definition re-creates the job. Only each job's final state is written (``ON C
 touch a row twice in one statement). One simplification: next_run_at is recomputed by comparing
 the final schedule with the stored one, so a batch that changes a schedule and changes it back
 keeps the stored next_run_at (which is right for that schedule).
+
+Tenant quotas (``tenants.max_jobs``, docs/flow-control.md "Tenants") are decided in the same
+in-memory pass, item by item in batch order: an item that would bring a job into a tenant (a
+new job, or a job moved from another tenant) while the tenant already has ``max_jobs`` is
+refused and leaves the job as it was, so the items after it resolve as if it had never been
+there. Updates that keep a job's tenant and deletes are never refused, so a tenant above a
+lowered quota can still change and remove its jobs. The counts come from ``tenants.quotas_lock``
+inside the write transaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from duetime.errors import NotFound
+from duetime.errors import NotFound, QuotaExceeded
 from duetime.events import JobTombstone
 from duetime.model import JobDefinition
 from duetime.planning import initial_next_run_at
 from duetime.schedule import ScheduleCache, ScheduleSpec
 
 from .rows import iso_or_none, job_record, spec_from_row
-from .store import Tx
+from .store import StoredJob, Tx
+from .tenants import TenantQuota, quotas_lock
 
-__all__ = ["CHUNK_SIZE", "BatchPlan", "JobWrite", "jobs_apply", "jobs_set_paused", "resolve_batch"]
+__all__ = [
+    "CHUNK_SIZE",
+    "BatchPlan",
+    "JobWrite",
+    "QuotaRefusal",
+    "jobs_apply",
+    "jobs_set_paused",
+    "resolve_batch",
+]
 
 _T = TypeVar("_T")
 
@@ -45,8 +63,25 @@ CHUNK_SIZE = 5000
 @dataclass(frozen=True)
 class JobWrite:
     job_id: str
-    action: str  # created | updated | unchanged (stale version) | deleted | not_found
+    # created | updated | unchanged (stale version) | deleted | not_found | over_quota
+    action: str
     version: int
+    reason: str = ""  # over_quota: the tenant, its max_jobs and its jobs
+
+
+@dataclass(frozen=True)
+class QuotaRefusal:
+    """Item ``index`` would have brought a job into ``tenant``, which had ``jobs`` of its
+    ``max_jobs`` at that point of the batch."""
+
+    index: int
+    tenant: str
+    max_jobs: int
+    jobs: int
+
+    @property
+    def reason(self) -> str:
+        return f"tenant {self.tenant} may have at most {self.max_jobs} jobs and has {self.jobs}"
 
 
 @dataclass(frozen=True)
@@ -55,51 +90,68 @@ class BatchPlan:
 
     ``deletes`` are (job_id, version) of stored rows a tombstone removes; they run before
     ``upserts`` so that a job deleted and defined again in the same batch is re-created.
+    ``refusals`` are the items a quota refused; ``adds`` counts, per tenant with a quota, the
+    items that would bring a job into it, refused ones included (what the batch asked for).
     """
 
     writes: tuple[JobWrite, ...]
     deletes: tuple[tuple[str, int], ...]
     upserts: tuple[tuple[JobDefinition, int], ...]  # (definition, resolved version)
+    refusals: tuple[QuotaRefusal, ...] = ()
+    adds: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass
 class _JobState:
-    """One job while a batch is resolved: does it exist, at which version, what to write."""
+    """One job while a batch is resolved: does it exist, at which version and in which tenant,
+    what to write."""
 
     exists: bool
     version: int
     in_store: bool  # the stored row is still there (no tombstone of this batch removed it yet)
+    tenant: str | None  # while it exists
     deleted_stored: int | None = None  # version of the tombstone that removes the stored row
     final: tuple[JobDefinition, int] | None = None
-    items: list[int] = field(default_factory=list)  # indexes of this job's items
 
 
 def resolve_batch(
-    items: Sequence[JobDefinition | JobTombstone], stored: dict[str, int]
+    items: Sequence[JobDefinition | JobTombstone],
+    stored: Mapping[str, StoredJob],
+    quotas: Mapping[str, TenantQuota] | None = None,
 ) -> BatchPlan:
-    """Apply ``items`` in order to the stored versions, in memory (pure, no I/O).
+    """Apply ``items`` in order to the stored jobs, in memory (pure, no I/O).
 
     Args:
         items: Definitions and tombstones, possibly several per job_id.
-        stored: The stored version of each job that exists.
+        stored: The stored version and tenant of each job that exists.
+        quotas: The tenants with a ``max_jobs`` and their jobs before the batch; an item that
+            would bring a job into one of them when it is full is refused (``over_quota``).
     """
+    quotas = quotas or {}
+    jobs = {tenant: quota.jobs for tenant, quota in quotas.items()}
+    adds: Counter[str] = Counter()
+    refusals: list[QuotaRefusal] = []
     states: dict[str, _JobState] = {}
     writes: list[JobWrite] = []
     for index, item in enumerate(items):
         state = states.get(item.job_id)
         if state is None:
-            version = stored.get(item.job_id)
-            present = version is not None
-            state = states[item.job_id] = _JobState(present, version or 0, present)
-        state.items.append(index)
+            row = stored.get(item.job_id)
+            state = states[item.job_id] = (
+                _JobState(True, row.version, True, row.tenant)
+                if row is not None
+                else _JobState(False, 0, False, None)
+            )
         if isinstance(item, JobTombstone):
             if not state.exists:
                 action = "not_found"
             elif item.version > state.version:
                 action = "deleted"
+                if state.tenant in jobs:
+                    jobs[state.tenant] -= 1
                 if state.in_store:
                     state.deleted_stored, state.in_store = item.version, False
-                state.exists, state.version, state.final = False, 0, None
+                state.exists, state.version, state.tenant, state.final = False, 0, None, None
             else:
                 action = "unchanged"
             writes.append(JobWrite(item.job_id, action, item.version))
@@ -112,14 +164,28 @@ def resolve_batch(
             action = "updated"
         else:
             action = "unchanged"
+        if action != "unchanged" and item.tenant != state.tenant:
+            # The job enters item.tenant (new, or moved from another tenant).
+            quota = quotas.get(item.tenant)
+            if quota is not None:
+                adds[item.tenant] += 1
+                if jobs[item.tenant] >= quota.max_jobs:
+                    refusal = QuotaRefusal(index, item.tenant, quota.max_jobs, jobs[item.tenant])
+                    refusals.append(refusal)
+                    writes.append(JobWrite(item.job_id, "over_quota", version, refusal.reason))
+                    continue
+                jobs[item.tenant] += 1
+            if state.tenant in jobs:
+                jobs[state.tenant] -= 1
         if action != "unchanged":
             state.exists, state.version, state.final = True, version, (item, version)
+            state.tenant = item.tenant
         writes.append(JobWrite(item.job_id, action, version))
     deletes = tuple(
         (job_id, s.deleted_stored) for job_id, s in states.items() if s.deleted_stored is not None
     )
     upserts = tuple(s.final for s in states.values() if s.final is not None)
-    return BatchPlan(tuple(writes), deletes, upserts)
+    return BatchPlan(tuple(writes), deletes, upserts, tuple(refusals), dict(adds))
 
 
 def _chunks(values: Sequence[_T]) -> Iterator[Sequence[_T]]:
@@ -134,18 +200,36 @@ def jobs_apply(
     tx: Tx,
     items: Sequence[JobDefinition | JobTombstone],
     cache: ScheduleCache | None = None,
+    *,
+    partial: bool = False,
 ) -> list[JobWrite]:
     """Store every item inside ``tx``; the caller's transaction makes the batch all-or-nothing.
 
     Returns one result per item, in order. A write that a concurrent writer overtook between
     the version lookup and the write (its version became stale) is reported ``unchanged``.
+
+    An item a tenant quota refuses raises ``QuotaExceeded`` before anything is written (job
+    files: the whole file or nothing); with ``partial`` (the jobs topic) it is reported
+    ``over_quota`` with the reason and the other items are written.
     """
     cache = cache or ScheduleCache()
     now = tx.db_now()
-    stored: dict[str, int] = {}
+    # Lock and count first, read the stored jobs after: a job a concurrent writer moves out of a
+    # locked tenant in between is then seen where it went (counted once more, never less).
+    quotas = quotas_lock(tx.conn, {i.tenant for i in items if isinstance(i, JobDefinition)})
+    stored: dict[str, StoredJob] = {}
     for chunk in _chunks(list(dict.fromkeys(item.job_id for item in items))):
         stored.update(tx.jobs_get_versions(chunk))
-    plan = resolve_batch(items, stored)
+    plan = resolve_batch(items, stored, quotas)
+    if plan.refusals and not partial:
+        first = plan.refusals[0]
+        raise QuotaExceeded(
+            f"jobs[{first.index}].tenant",
+            tenant=first.tenant,
+            max_jobs=first.max_jobs,
+            jobs=quotas[first.tenant].jobs,
+            adds=plan.adds[first.tenant],
+        )
     removed: set[str] = set()
     for deletes in _chunks(plan.deletes):
         removed |= tx.jobs_delete_many(deletes)

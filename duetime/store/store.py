@@ -42,7 +42,7 @@ from .rows import (
     target_from_json,
 )
 
-__all__ = ["NewRun", "Store", "Tx"]
+__all__ = ["NewRun", "Store", "StoredJob", "Tx"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,14 @@ class NewRun:
     scheduled_for: datetime
     due_at: datetime
     max_attempts: int
+
+
+@dataclass(frozen=True)
+class StoredJob:
+    """What a job write needs of a stored job: its version and its tenant (for quotas)."""
+
+    version: int
+    tenant: str
 
 
 class Tx:
@@ -154,9 +162,9 @@ class Tx:
         self._exec("runs_mark_dead_published", {"run_id": run_id, "scheduled_for": scheduled_for})
 
     # planner bulk --- one statement per batch; a batch is one JSON parameter (sql/planner.sql).
-    def jobs_get_versions(self, job_ids: Sequence[str]) -> dict[str, int]:
+    def jobs_get_versions(self, job_ids: Sequence[str]) -> dict[str, StoredJob]:
         rows = self._rows("jobs_get_versions", {"job_ids": batch_json(list(job_ids))})
-        return {r.job_id: int(r.version) for r in rows}
+        return {r.job_id: StoredJob(int(r.version), r.tenant) for r in rows}
 
     def jobs_get_due_batch(
         self, shards: Sequence[int], horizon: datetime, limit: int

@@ -8,6 +8,7 @@ from duetime.events import JobTombstone
 from duetime.jobdef import parse_job
 from duetime.model import JobDefinition
 from duetime.store.jobs import resolve_batch
+from duetime.store.store import StoredJob
 
 
 def _job(job_id: str, version: int | None = None, **extra: Any) -> JobDefinition:
@@ -22,6 +23,10 @@ def _job(job_id: str, version: int | None = None, **extra: Any) -> JobDefinition
     return parse_job(data)
 
 
+def _stored(versions: dict[str, int]) -> dict[str, StoredJob]:
+    return {job_id: StoredJob(version, "default") for job_id, version in versions.items()}
+
+
 def _actions(plan: Any) -> list[tuple[str, str, int]]:
     return [(w.job_id, w.action, w.version) for w in plan.writes]
 
@@ -29,7 +34,7 @@ def _actions(plan: Any) -> list[tuple[str, str, int]]:
 def test_versions_decide_against_the_stored_rows() -> None:
     plan = resolve_batch(
         [_job("new"), _job("newer", 5), _job("stale", 3), _job("bump")],
-        {"newer": 4, "stale": 3, "bump": 7},
+        _stored({"newer": 4, "stale": 3, "bump": 7}),
     )
     assert _actions(plan) == [
         ("new", "created", 1),
@@ -47,7 +52,7 @@ def test_versions_decide_against_the_stored_rows() -> None:
 
 def test_the_same_job_twice_applies_in_order_and_writes_the_final_state_once() -> None:
     first, second = _job("dup", paused=True), _job("dup", tenant="team-b")
-    plan = resolve_batch([first, second, _job("dup", 1)], {"dup": 1})
+    plan = resolve_batch([first, second, _job("dup", 1)], _stored({"dup": 1}))
     # version 0 = the version before it + 1; an explicit older version after them is stale.
     assert _actions(plan) == [("dup", "updated", 2), ("dup", "updated", 3), ("dup", "unchanged", 1)]
     assert [(job.tenant, version) for job, version in plan.upserts] == [("team-b", 3)]
@@ -56,7 +61,7 @@ def test_the_same_job_twice_applies_in_order_and_writes_the_final_state_once() -
 def test_tombstones_delete_only_newer_and_report_missing_jobs() -> None:
     plan = resolve_batch(
         [JobTombstone("gone", 3), JobTombstone("kept", 2), JobTombstone("never", 9)],
-        {"gone": 2, "kept": 2},
+        _stored({"gone": 2, "kept": 2}),
     )
     assert _actions(plan) == [
         ("gone", "deleted", 3),
@@ -67,7 +72,7 @@ def test_tombstones_delete_only_newer_and_report_missing_jobs() -> None:
 
 
 def test_delete_then_define_again_recreates_the_job() -> None:
-    plan = resolve_batch([JobTombstone("again", 6), _job("again")], {"again": 5})
+    plan = resolve_batch([JobTombstone("again", 6), _job("again")], _stored({"again": 5}))
     assert _actions(plan) == [("again", "deleted", 6), ("again", "created", 1)]
     assert plan.deletes == (("again", 6),)
     assert [(job.job_id, version) for job, version in plan.upserts] == [("again", 1)]

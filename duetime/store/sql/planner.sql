@@ -6,7 +6,8 @@
 -- recordset's column list, so nothing depends on how the driver guesses them.
 
 -- name: jobs_get_versions
-SELECT job_id, version FROM jobs
+-- With each job's tenant: a write that moves a job to another tenant counts for the new one.
+SELECT job_id, version, tenant FROM jobs
 WHERE job_id = ANY(ARRAY(SELECT json_array_elements_text(CAST(:job_ids AS json))));
 
 -- name: jobs_upsert_many
