@@ -18,10 +18,10 @@ from duetime.bus.run_headers import epoch_ms, read_routing
 from duetime.bus.topics import TopicCatalog
 from duetime.config import Settings
 from duetime.jobdef import parse_job
-from duetime.store import Store
+from duetime.store import Store, tenants
 from duetime.store.jobs import jobs_apply
 from duetime_planner.config import PlannerConfig
-from duetime_planner.ingest import JobIngest
+from duetime_planner.ingest import IngestStats, JobIngest
 from duetime_planner.planner import Planner
 
 pytestmark = pytest.mark.integration
@@ -319,6 +319,65 @@ def test_ingest_upserts_by_version_and_rejects_bad_records(
     record = JOB_REJECTIONS.decode(rejected[0].value(), rejected[0].headers())
     assert record.key == b"poison" and record.value == b"\x02garbage"
     assert "not valid Avro" in record.reason
+
+
+def test_ingest_rejects_only_the_records_over_a_tenant_quota(
+    env: tuple[Settings, Store, Producer],
+) -> None:
+    """In batch order: the first records that fit are stored, the ones that find the tenant full
+    go to jobs.rejected with the reason, the rest of the batch (other tenants, updates) is
+    stored, and the consumer moves on."""
+    settings, store, producer = env
+    catalog = TopicCatalog(settings.topic_prefix)
+    with store.tx() as tx:
+        tenants.set_tenant(tx.conn, "acme", max_jobs=2)
+        jobs_apply(tx, [_job("a0", tenant="acme")])
+    records = [
+        _job("a1", tenant="acme", version=1),  # fits: acme has 2 of 2
+        _job("g1", tenant="globex", version=1),  # no quota
+        _job("a2", tenant="acme", version=1),  # acme is full
+        _job("a0", tenant="acme", version=2, paused=True),  # an update of a full tenant's job
+        _job("a3", tenant="acme", version=1),  # still full
+    ]
+    for job in records:  # one partition: the batch order is the produce order
+        producer.produce(
+            catalog.jobs,
+            JOB_DEFINITIONS.encode(job),
+            job.job_id.encode(),
+            partition=0,
+            headers=JOB_DEFINITIONS.headers(),
+        )
+    producer.flush(10)
+    consumer = Consumer(consumer_config(settings, f"{settings.topic_prefix}ingest"))
+    ingest = JobIngest(store, consumer, producer, catalog)
+    totals = Counter[str]()
+    deadline = datetime.now(UTC) + timedelta(seconds=20)
+    while totals["accepted"] + totals["rejected"] < 5 and datetime.now(UTC) < deadline:
+        stats = ingest.run_once(timeout=0.5)
+        totals.update(accepted=stats.accepted, rejected=stats.rejected)
+    assert ingest.run_once(timeout=0.5) == IngestStats()  # offsets moved past all five
+    consumer.close()
+    assert (totals["accepted"], totals["rejected"]) == (3, 2)
+    with store.engine.begin() as conn:
+        rows = conn.execute(text("SELECT job_id, tenant, paused, version FROM jobs")).all()
+    assert sorted(tuple(r) for r in rows) == [
+        ("a0", "acme", True, 2),
+        ("a1", "acme", False, 1),
+        ("g1", "globex", False, 1),
+    ]
+    rejected = sorted(
+        (
+            JOB_REJECTIONS.decode(m.value(), m.headers())
+            for m in _consume_all(settings, [catalog.jobs_rejected], 2)
+        ),
+        key=lambda r: r.source_offset,  # keyed by job_id: on partitions of their own
+    )
+    assert [(r.key, r.field, r.reason) for r in rejected] == [
+        (b"a2", "tenant", "tenant acme may have at most 2 jobs and has 2"),
+        (b"a3", "tenant", "tenant acme may have at most 2 jobs and has 2"),
+    ]
+    assert [r.value for r in rejected] == [JOB_DEFINITIONS.encode(records[i]) for i in (2, 4)]
+    assert [(r.source_partition, r.source_offset) for r in rejected] == [(0, 2), (0, 4)]
 
 
 def test_runs_the_broker_did_not_acknowledge_stay_in_the_outbox(

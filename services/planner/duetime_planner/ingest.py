@@ -5,6 +5,13 @@ copied byte for byte to ``<prefix>jobs.rejected`` with the field and the reason,
 moves on. Offsets are committed only after the batch is stored and the rejections acknowledged,
 so a crash replays the batch; upsert-by-version makes the replay harmless.
 
+A record that would take its tenant above ``tenants.max_jobs`` is rejected the same way (field
+``tenant``), decided in batch order inside the write (``jobs_apply(partial=True)``): the first
+records that fit are stored, the ones after the tenant is full are not, the rest of the batch
+is stored. Those rejections are produced after the write commits; a crash before they are
+acknowledged replays the batch, which decides each such record again (stored records come back
+``unchanged``), so none is lost.
+
 A consumed batch is written through the same bulk path as ``duetime jobs apply``
 (``store.jobs.jobs_apply``: a few statements per batch, the same job twice in a batch resolved in
 topic order) and logged once per batch; each job's outcome is logged at DEBUG only.
@@ -16,6 +23,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -65,8 +73,9 @@ class JobIngest:
         if not messages:
             return IngestStats()
         accepted: list[JobDefinition | JobTombstone] = []
-        rejected: list[JobRejected] = []
-        for msg in messages:
+        sources: list[tuple[int, Any]] = []  # (position in the batch, message) of each accepted
+        rejected: list[tuple[int, JobRejected]] = []
+        for position, msg in enumerate(messages):
             err = msg.error()
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:
@@ -74,15 +83,20 @@ class JobIngest:
                 continue
             try:
                 accepted.append(self._decode(msg))
+                sources.append((position, msg))
             except (CodecError, InvalidInput) as exc:
                 field = exc.field if isinstance(exc, InvalidInput) else ""
                 reason = exc.reason if isinstance(exc, InvalidInput) else str(exc)
-                rejected.append(_rejection(msg, field, reason))
-        if rejected:
-            self._publish_rejections(rejected)
+                rejected.append((position, _rejection(msg, field, reason)))
+        stored = 0
         if accepted:
             with self.store.tx() as tx:
-                writes = jobs_apply(tx, accepted, self.cache)
+                writes = jobs_apply(tx, accepted, self.cache, partial=True)
+            for (position, msg), write in zip(sources, writes, strict=True):
+                if write.action == "over_quota":
+                    rejected.append((position, _rejection(msg, "tenant", write.reason)))
+                else:
+                    stored += 1
             actions = Counter(write.action for write in writes)
             event(log, "jobs.ingested", records=len(accepted), **actions)
             if log.isEnabledFor(logging.DEBUG):
@@ -94,13 +108,17 @@ class JobIngest:
                         job_id=write.job_id,
                         version=write.version,
                     )
+        if rejected:
+            self._publish_rejections(
+                [item for _position, item in sorted(rejected, key=itemgetter(0))]
+            )
         try:
             self.consumer.commit(asynchronous=False)
         except KafkaException as exc:
             # Only error events (e.g. partition EOF) in this batch: there is nothing to commit.
             if exc.args[0].code() != KafkaError._NO_OFFSET:
                 raise BusError(f"cannot commit jobs-topic offsets: {exc}") from exc
-        return IngestStats(accepted=len(accepted), rejected=len(rejected))
+        return IngestStats(accepted=stored, rejected=len(rejected))
 
     def _decode(self, msg: Any) -> JobDefinition | JobTombstone:
         value = msg.value()
