@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from duetime.config import load_settings
-from duetime.errors import NotFound
+from duetime.errors import InvalidInput, NotFound, QuotaExceeded
 from duetime.jobdef import load_job_file
 from duetime.store import Store
 from duetime.store.jobs import jobs_apply, jobs_set_paused
@@ -55,6 +55,12 @@ def _apply(args: argparse.Namespace) -> int:
     try:
         with store.tx() as tx:
             writes = jobs_apply(tx, jobs)
+    except QuotaExceeded as exc:
+        raise InvalidInput(
+            exc.field,
+            f"job file refused: tenant {exc.tenant} may have at most {exc.max_jobs} jobs; "
+            f"it has {exc.jobs} and this file adds {exc.adds}",
+        ) from exc
     finally:
         store.close()
     rows = [{"job_id": w.job_id, "action": w.action, "version": w.version} for w in writes]

@@ -24,6 +24,7 @@ _COMMAND_MODULES = (
     "duetime.cli.jobs_cmd",
     "duetime.cli.runs_cmd",
     "duetime.cli.targets_cmd",
+    "duetime.cli.tenants_cmd",
     "duetime.cli.alerts_cmd",
     "duetime.cli.service_cmd",
     "duetime.cli.up_cmd",

@@ -333,7 +333,7 @@ def test_ingest_rejects_only_the_records_over_a_tenant_quota(
         tenants.set_tenant(tx.conn, "acme", max_jobs=2)
         jobs_apply(tx, [_job("a0", tenant="acme")])
     records = [
-        _job("a1", tenant="acme", version=1),  # fits: acme has 2 of 2
+        _job("a1", tenant="acme", version=1),  # fits: acme has 1 of 2
         _job("g1", tenant="globex", version=1),  # no quota
         _job("a2", tenant="acme", version=1),  # acme is full
         _job("a0", tenant="acme", version=2, paused=True),  # an update of a full tenant's job
