@@ -44,6 +44,8 @@ SCENARIO_SET: tuple[tuple[str, str, int, int], ...] = (
     ("steady", "kafka", STEADY_DEFAULT_N["kafka"], 1_000_000),
     # What a steady load the planner does sustain here, beside the targets it misses.
     ("steady", "kafka", 1_000, 0),
+    # Flow control: one target limited to 1,000/s, tenants with 50k and 10 runs due at T.
+    ("throttled", "kafka", 50_000, 0),
 )
 
 
@@ -113,7 +115,10 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m bench spike", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--target", choices=("kafka", "http"), default="kafka")
-    parser.add_argument("--scenario", choices=("spike", "steady"), default="spike")
+    parser.add_argument("--scenario", choices=("spike", "steady", "throttled"), default="spike")
+    parser.add_argument(
+        "--limit", type=float, default=1000.0, help="throttled: the target's rate limit (runs/s)"
+    )
     parser.add_argument(
         "--n",
         type=int,
@@ -171,7 +176,9 @@ def spike_command(argv: list[str]) -> int:
         return 0 if all("error" not in r for r in results) else 1
     n = args.n
     if n is None:
-        n = STEADY_DEFAULT_N[args.target] if args.scenario == "steady" else 20_000
+        n = {"steady": STEADY_DEFAULT_N[args.target], "throttled": 50_000}.get(
+            args.scenario, 20_000
+        )
     config = ScenarioConfig(
         args.scenario,
         args.target,
@@ -183,6 +190,7 @@ def spike_command(argv: list[str]) -> int:
         drain_timeout=args.drain_timeout,
         fetch_wait_ms=args.fetch_wait_ms,
         keep_dir=args.keep_dir,
+        limit=args.limit,
     )
     result = run_one(config)
     path = args.json or RESULTS / "spike-one.json"

@@ -159,7 +159,7 @@ def _far_future(results: Sequence[Result]) -> list[tuple[str, str, str, str]]:
 
 def _name(r: Result) -> str:
     future = f" + {r['future_jobs']:,} far-future jobs" if r.get("future_jobs") else ""
-    unit = "jobs due at T" if r.get("scenario") == "spike" else "runs/s wanted"
+    unit = "runs/s wanted" if r.get("scenario") == "steady" else "jobs due at T"
     return f"{r.get('scenario')} {r.get('target')} {r.get('n'):,} {unit}{future}"
 
 
@@ -272,6 +272,43 @@ def _plot(results: Sequence[Result], path: Path) -> bool:
     return True
 
 
+def _flow_control(results: Sequence[Result]) -> list[str]:
+    """The throttled scenario: the observed rate against the limit, the small tenant's wait."""
+    rows = [r for r in results if r.get("scenario") == "throttled" and r.get("throttle")]
+    if not rows:
+        return []
+    lines = [
+        "## Flow control (throttled scenario)",
+        "",
+        "One target limited with `duetime targets set bench-throttled --rate L` (burst: one"
+        " second's worth), a large tenant with N runs and a small tenant with 10 runs, all due"
+        " at T, Kafka targets.",
+        "",
+        "A token bucket lets `burst + limit × t` runs through in any t seconds, so the most"
+        " starts in one second may reach burst + limit; the sustained rate is (runs − burst) /"
+        " (last start − first start).",
+        "",
+        "| N + small | limit (runs/s) | burst | most starts in any 1 s | sustained rate (runs/s) |"
+        " small tenant start lateness p50 / p99 / max (ms) | lost | duplicates |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        t = r["throttle"]
+        small = t.get("small_tenant_start_lateness_ms") or {}
+        lines.append(
+            f"| {r.get('n'):,} + {t.get('small_tenant_started')} | {t.get('limit_per_s'):g} |"
+            f" {t.get('burst')} | {t.get('observed_max_per_s')} | {t.get('sustained_per_s')} |"
+            f" {_ms3(small)} | {r.get('lost')} | {r.get('duplicates')} |"
+        )
+    return [*lines, ""]
+
+
+def _ms3(p: dict[str, Any]) -> str:
+    if not p:
+        return "–"
+    return " / ".join(f"{p.get(k, 0):,.0f}" for k in ("p50", "p99", "max"))
+
+
 def write_report(results: Sequence[Result], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     plot_path = path.with_suffix(".png")
@@ -281,7 +318,7 @@ def write_report(results: Sequence[Result], path: Path) -> None:
         "",
         "Written by `make bench-spike` (bench/bench_spike.py); the figures are in"
         " bench/results/spike.json. One scenario: `python -m bench spike --target kafka|http"
-        " --n N [--future-jobs M] [--scenario spike|steady]`.",
+        " --n N [--future-jobs M] [--scenario spike|steady|throttled]`.",
         "",
         f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         f"- machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()};"
@@ -305,6 +342,7 @@ def write_report(results: Sequence[Result], path: Path) -> None:
         "",
         *_details(results),
         "",
+        *_flow_control(results),
     ]
     if plotted:
         lines += [

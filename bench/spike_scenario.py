@@ -8,7 +8,11 @@ default lookahead (plus a margin) before T.
 ``steady``: K interval jobs (``PT1S``), so K runs fall due every second; after a warm-up the
 window of ``duration`` seconds is measured, then the jobs are paused and the window's runs drain.
 
-Both measure handler starts at a target in its own process, releases from the broker's record
+``throttled``: a spike at one target limited to ``limit`` runs/s (``duetime targets set``), with
+a large tenant (N jobs) and a small one (10 jobs) due at the same instant: the observed rate
+against the limit, and how late the small tenant's runs start (tenant fairness).
+
+All measure handler starts at a target in its own process, releases from the broker's record
 timestamps, and the outcome in PostgreSQL. See bench/bench_spike.py for the command line.
 """
 
@@ -41,13 +45,15 @@ from duetime.bus.kafka import create_topics
 from duetime.bus.topics import TopicCatalog, TopicSpec
 from duetime.config import Settings
 from duetime.jobdef import parse_jobs
-from duetime.store import Store
+from duetime.model import run_id_for
+from duetime.store import Store, flow
 from duetime.store.jobs import jobs_apply
 from duetime_planner.config import PlannerConfig
 
 __all__ = ["TARGET_TOPIC", "ScenarioConfig", "run_scenario"]
 
 TARGET_TOPIC = "bench.target"
+THROTTLED_TARGET = "bench-throttled"
 _SAMPLE = 1000
 
 
@@ -66,6 +72,8 @@ class ScenarioConfig:
     drain_timeout: float | None = None
     fetch_wait_ms: int = 10  # the Kafka target consumer's fetch.wait.max.ms
     keep_dir: Path | None = None  # keep logs and data here instead of a temporary directory
+    limit: float = 1000.0  # throttled: the target's rate limit (runs/s)
+    small: int = 10  # throttled: the small tenant's jobs
 
 
 def _sleep_until(instant: float) -> None:
@@ -164,7 +172,7 @@ def run_scenario(config: ScenarioConfig) -> dict[str, Any]:
             future_s = insert_future_jobs(
                 store, config.future_jobs, _target(config, recorder.port, "future")
             )
-        run = _spike if config.scenario == "spike" else _steady
+        run = _steady if config.scenario == "steady" else _spike
         result = run(config, settings, store, recorder, notes)
         result.update(
             {
@@ -204,6 +212,7 @@ def _spike(
     config: ScenarioConfig, settings: Settings, store: Store, recorder: Recorder, notes: list[str]
 ) -> dict[str, Any]:
     prefix = "spike-"
+    throttled = config.scenario == "throttled"
     # Time a sample (rolled back) to know how far ahead T must be for the apply to fit.
     sample = _jobs(
         ScenarioConfig(config.scenario, config.target, min(config.n, _SAMPLE)),
@@ -219,13 +228,28 @@ def _spike(
     )
     due = math.ceil(time.time() + per_job * config.n * 1.5 + 2.0 + lead)
     documents = _jobs(config, prefix, {"at": _utc(due).isoformat()}, recorder.port)
+    expected = config.n
+    small_ids: set[str] = set()
+    if throttled:
+        with store.tx() as tx:
+            flow.set_limits(tx.conn, THROTTLED_TARGET, rate=config.limit)
+        small = [
+            {**d, "id": f"{prefix}small-{i:03d}", "tenant": "small"}
+            for i, d in enumerate(documents[: config.small])
+        ]
+        documents = [{**d, "tenant": "large"} for d in documents] + small
+        documents = [{**d, "target_service": THROTTLED_TARGET} for d in documents]
+        small_ids = {str(run_id_for(d["id"], _utc(due))) for d in small}
+        expected += config.small
     apply_started = time.time()
     apply_s = _apply(store, documents, keep=True)
     applied_at = time.time()
     if applied_at > due - lead / 2:
         notes.append(f"the apply ended only {due - applied_at:.1f}s before T (estimated wrong)")
     drain_timeout = 90.0 if config.drain_timeout is None else config.drain_timeout
-    reached = recorder.wait_count(config.n, due + drain_timeout)
+    if throttled and config.drain_timeout is None:
+        drain_timeout += expected / config.limit * 1.5
+    reached = recorder.wait_count(expected, due + drain_timeout)
     if not reached:
         notes.append(f"not every run started within the drain timeout ({drain_timeout:.0f}s)")
     recorder.wait_quiet(1.0, time.time() + 5.0)  # late duplicates
@@ -234,9 +258,11 @@ def _spike(
     figures = run_figures(store, prefix, _utc(due), _utc(due + 1))
     result = _base(config)
     result.update(
-        _lateness(arrivals, settings, due, due, due + 1, config.n, bin_s=0.1, notes=notes)
+        _lateness(arrivals, settings, due, due, due + 1, expected, bin_s=0.1, notes=notes)
         | {"last_start_after_t_s": _last_start(arrivals, due, due + 1, due)}
     )
+    if throttled:
+        result["throttle"] = _throttle_figures(arrivals, due, config.limit, small_ids)
     last_finished = figures.pop("last_finished_at")
     result.update(
         {
@@ -250,8 +276,38 @@ def _spike(
             "t": _utc(due).isoformat(),
         }
     )
-    _check_succeeded(figures, config.n, notes)
+    _check_succeeded(figures, expected, notes)
     return result
+
+
+def _throttle_figures(
+    arrivals: list[Arrival], due: float, limit: float, small_ids: set[str]
+) -> dict[str, Any]:
+    """The observed rate against the limit, and the small tenant's start lateness."""
+    starts = first_starts([a for a in arrivals if due <= a.scheduled_for < due + 1])
+    times = sorted(a.arrived_at for a in starts.values())
+    most = 0
+    ahead = 0
+    for i, t in enumerate(times):  # the most starts in any 1 s window
+        while ahead < len(times) and times[ahead] < t + 1.0:
+            ahead += 1
+        most = max(most, ahead - i)
+    span = times[-1] - times[0] if len(times) > 1 else 0.0
+    small = [(a.arrived_at - a.scheduled_for) * 1000 for r, a in starts.items() if r in small_ids]
+    burst = max(1, math.ceil(limit))  # the default burst: one second's worth
+    return {
+        "limit_per_s": limit,
+        "burst": burst,
+        # A token bucket allows burst + limit x t in any t seconds: at most burst + limit in 1 s.
+        "observed_max_per_s": most,
+        "observed_mean_per_s": round((len(times) - 1) / span, 1) if span else None,
+        # The rate once the initial burst is spent: what the limit governs.
+        "sustained_per_s": round((len(times) - burst) / span, 1)
+        if span and len(times) > burst
+        else None,
+        "small_tenant_started": len(small),
+        "small_tenant_start_lateness_ms": percentiles(small),
+    }
 
 
 def _steady(
