@@ -62,13 +62,17 @@ class Alerting:
         self._thread.start()
         self._ready.wait()
 
-    def stop(self, timeout: float = 15.0) -> None:
+    def stop(self, timeout: float = 3.0) -> None:
         """Stop both loops (a delivery in flight is abandoned; its claim runs out and another
-        round sends it again) and wait for the thread."""
+        round sends it again) and wait for the thread, at most ``timeout`` seconds: a blocking
+        call it waits on (a broker that does not answer a lag probe) must not hold the reaper's
+        stop past its grace. The thread is a daemon; what it still does dies with the process."""
         if self._loop is not None and self._stopping is not None:
             self._loop.call_soon_threadsafe(self._stopping.set)
         if self._thread is not None:
             self._thread.join(timeout)
+            if self._thread.is_alive():
+                event(log, "alerts.stop_abandoned", logging.WARNING, waited_s=timeout)
 
     def _run(self) -> None:
         try:
