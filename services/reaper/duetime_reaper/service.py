@@ -15,6 +15,7 @@ from duetime.bus.kafka import create_topics, make_producer
 from duetime.bus.topics import TopicCatalog
 from duetime.config import load_settings
 from duetime.errors import DuetimeError
+from duetime.lifetime import exit_after
 from duetime.logs import configure_logging, event
 from duetime.store import Store
 
@@ -64,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 stop.wait(config.tick_interval.total_seconds())
     finally:
         event(log, "reaper.stopping")
+        # The clean-up below may wait on a broker or database that is gone: it gets 8 s, within
+        # the 10 s duetime up grants a service before SIGKILL, then the process ends anyway.
+        exit_after(8.0, "reaper")
         alerting.stop()
         producer.flush(5)
         store.close()
