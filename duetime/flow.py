@@ -17,10 +17,13 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
-__all__ = ["DEFAULT_TARGET", "TargetLimit", "allowed", "refill"]
+__all__ = ["CATCH_UP", "DEFAULT_TARGET", "TargetLimit", "allowed", "refill"]
 
 #: The name of the row holding the limits of targets that have none of their own.
 DEFAULT_TARGET = "*"
+#: The drain every missed run passes before its own target's limits: runs planned after their
+#: time (an outage, a stopped planner) leave at this row's rate, never all at once.
+CATCH_UP = "@catch-up"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ them, bytes untouched, onto ``runs.ready``):
                             (and correct) its offset from the database clock
 ``duetime-target``          the run's target_service (UTF-8): the dispatcher's throttling key
 ``duetime-tenant``          the run's tenant: the fairness key inside a throttled target
+``duetime-catch-up``        ``1`` on a run planned after its time (missed in an outage): the
+                            dispatcher drains such runs at the ``@catch-up`` rate
 ==========================  ===========================================================
 
 plus the schema fingerprint header ``duetime-schema`` of :mod:`duetime.bus.codec`. The Avro value
@@ -31,6 +33,7 @@ from datetime import UTC, datetime
 
 __all__ = [
     "ATTEMPT",
+    "CATCH_UP",
     "DUE_AT_MS",
     "RELEASED_AT_MS",
     "RUN_ID",
@@ -55,12 +58,14 @@ TARGET_KIND = "duetime-target-kind"
 SENT_AT_MS = "duetime-sent-at-ms"
 TARGET = "duetime-target"
 TENANT = "duetime-tenant"
+CATCH_UP = "duetime-catch-up"
 # Added by the dispatcher on runs.ready: when it released the run (database clock, epoch ms)
 # and how long throttling held it; the worker's claim records both on the run.
 RELEASED_AT_MS = "duetime-released-at-ms"
 THROTTLED_MS = "duetime-throttled-ms"
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_CATCH_UP_HEADER: tuple[str, bytes] = (CATCH_UP, b"1")
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ class RunRouting:
     sent_at_ms: int | None
     target_service: str | None = None  # None: an older record without the header
     tenant: str | None = None
+    catch_up: bool = False
 
 
 def epoch_ms(instant: datetime) -> int:
@@ -101,6 +107,7 @@ def routing_headers(
     *,
     target_service: str | None = None,
     tenant: str | None = None,
+    catch_up: bool = False,
 ) -> list[tuple[str, str | bytes | None]]:
     """The routing headers for one run record (append the schema header yourself); the target
     and tenant headers only when given (the planner always gives them)."""
@@ -115,6 +122,8 @@ def routing_headers(
         headers.append((TARGET, target_service.encode()))
     if tenant is not None:
         headers.append((TENANT, tenant.encode()))
+    if catch_up:
+        headers.append(_CATCH_UP_HEADER)
     return headers
 
 
@@ -139,10 +148,11 @@ class RoutingHeaders:
         *,
         target: tuple[str, bytes],
         tenant: tuple[str, bytes],
+        catch_up: bool = False,
     ) -> list[tuple[str, str | bytes | None]]:
         """``leading`` followed by the routing headers; ``run_id`` in its canonical text form,
         ``target`` and ``tenant`` as made by :meth:`job_headers` (once per job)."""
-        return [
+        headers: list[tuple[str, str | bytes | None]] = [
             *self._leading,
             (RUN_ID, run_id.encode("ascii")),
             (ATTEMPT, str(attempt).encode("ascii")),
@@ -152,6 +162,9 @@ class RoutingHeaders:
             target,
             tenant,
         ]
+        if catch_up:
+            headers.append(_CATCH_UP_HEADER)
+        return headers
 
     @staticmethod
     def job_headers(
@@ -197,8 +210,11 @@ def read_routing(headers: Sequence[tuple[str, bytes | None]] | None) -> RunRouti
         tenant = found.get(TENANT)
         target_service = target.decode() if target is not None else None
         tenant_name = tenant.decode() if tenant is not None else None
+        catch_up = found.get(CATCH_UP) == b"1"
     except (KeyError, ValueError, UnicodeDecodeError):
         return None
     if attempt < 1 or kind not in ("http", "kafka"):
         return None
-    return RunRouting(run_id, attempt, due_at_ms, kind, sent_at_ms, target_service, tenant_name)
+    return RunRouting(
+        run_id, attempt, due_at_ms, kind, sent_at_ms, target_service, tenant_name, catch_up
+    )

@@ -19,8 +19,9 @@ from duetime.store import Store, flow
 
 from ._output import print_json, print_table
 
-# An explicit target_service, a URL host or kafka:<topic>; '*' names the default.
-_NAME = re.compile(r"^(\*|[A-Za-z0-9][A-Za-z0-9._:\-]{0,199})$")
+# An explicit target_service, a URL host or kafka:<topic>; '*' names the default and
+# '@catch-up' the drain of missed runs.
+_NAME = re.compile(r"^(\*|@catch-up|[A-Za-z0-9][A-Za-z0-9._:\-]{0,199})$")
 _COLUMNS = ("target", "rate_per_s", "burst", "max_in_flight", "in_flight", "throttled")
 
 
@@ -46,7 +47,9 @@ def register(sub: Any) -> None:
 def _name(value: str) -> str:
     if not _NAME.match(value):
         raise InvalidInput(
-            "name", "use 1-200 characters from A-Z a-z 0-9 . _ : - (first: letter or digit), or *"
+            "name",
+            "use 1-200 characters from A-Z a-z 0-9 . _ : - (first: letter or digit),"
+            " * or @catch-up",
         )
     return value
 

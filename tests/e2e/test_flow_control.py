@@ -61,3 +61,44 @@ def test_max_in_flight_holds_at_the_target(
     # The later waves were held by the limit, and the run records say for how long.
     assert sum(1 for r in runs if r.throttled_ms and r.throttled_ms >= 1000) >= 3
     assert all(r.released_at is not None for r in runs)
+
+
+def test_missed_runs_drain_at_the_catch_up_rate_and_on_time_runs_do_not_wait(
+    pipeline: Pipeline,  # noqa: F811
+    http_target: RecordingTarget,
+) -> None:
+    """60 runs missed in an outage (one-off jobs whose time passed 5 minutes ago) leave at the
+    drain rate of 5/s; a job due while they drain does not queue behind them."""
+    with pipeline.store.tx() as tx:
+        flow.set_limits(tx.conn, "@catch-up", rate=5.0, burst=5)
+    time.sleep(3)  # the dispatcher re-reads limits every 2 s
+    past = (datetime.now(UTC) - timedelta(minutes=5)).replace(microsecond=0)
+    missed = [
+        e2e_job(f"missed-{i}", f"{http_target.url}/missed/{i}", schedule={"at": past.isoformat()})
+        for i in range(60)
+    ]
+    pipeline.apply(missed)
+    http_target.wait_for("/missed/", 5, timeout=30)  # the drain has begun
+    on_time = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
+    pipeline.apply(
+        [e2e_job("punctual", f"{http_target.url}/punctual", schedule={"at": on_time.isoformat()})]
+    )
+    requests = http_target.wait_for("/missed/", 60, timeout=90)
+    [punctual] = http_target.wait_for("/punctual", 1, timeout=30)
+    assert len(requests) == 60
+    # On time runs pass beside the drain: this one started well before the drain was done.
+    assert punctual.at < sorted(r.at for r in requests)[-10]
+    missed_runs = pipeline.sql(
+        "SELECT state, throttled_ms, released_at FROM runs WHERE job_id LIKE 'missed-%'"
+    )
+    # The drain limits releases (the dispatcher's stamps on the records): a bucket of 5
+    # refilled at 5/s lets at most 5 + 5 x t through in any t seconds.
+    released = sorted(r.released_at.timestamp() for r in missed_runs)
+    for window in (1.0, 3.0):
+        most = max(sum(1 for a in released if t <= a < t + window) for t in released)
+        assert most <= 5 + 5 * window + 1, (window, most)
+    assert released[-1] - released[0] >= (60 - 5) / 5 - 1
+    assert all(r.state == "succeeded" for r in missed_runs)
+    assert max(r.throttled_ms or 0 for r in missed_runs) >= 5000  # the wait is on the records
+    [row] = pipeline.sql("SELECT throttled_ms FROM runs WHERE job_id = 'punctual'")
+    assert row.throttled_ms == 0

@@ -30,6 +30,14 @@ def test_set_change_list_and_unset(cli_env: str, capsys: pytest.CaptureFixture[s
             "in_flight": 0,
             "throttled": 0,
         },
+        {  # the drain of missed runs, there from the start
+            "target": "@catch-up",
+            "rate_per_s": 100.0,
+            "burst": None,
+            "max_in_flight": None,
+            "in_flight": 0,
+            "throttled": 0,
+        },
         {
             "target": "api.example.com",
             "rate_per_s": 50.0,

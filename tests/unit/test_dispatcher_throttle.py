@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -78,12 +79,12 @@ def test_a_small_tenant_is_not_stuck_behind_a_large_one() -> None:
     for _ in range(2):  # two grants of 10 each
         (request,) = throttle.requests()
         assert len(request.candidates) == 50
-        sent += throttle.granted({"api": 10})
+        sent += throttle.granted({"api": 10}, T0)
     assert sum(1 for r in sent if r.routed.tenant == "small") == 10
     assert throttle.waiting == 5010 - 20
     # What was asked but not granted keeps its place: the big tenant's oldest come next.
     (request,) = throttle.requests()
-    first = throttle.granted({"api": 1})
+    first = throttle.granted({"api": 1}, T0)
     assert first[0].routed.tenant == "big"
 
 
@@ -92,7 +93,7 @@ def test_a_failed_grant_releases_nothing_and_loses_nothing() -> None:
     throttle.set_limits({"api": TargetLimit(rate=1.0)}, {})
     throttle.admit([_release("api", "t", i) for i in range(5)])
     throttle.requests()
-    assert throttle.granted({}) == []
+    assert throttle.granted({}, T0) == []
     assert throttle.waiting == 5
 
 
@@ -126,3 +127,35 @@ def _with_emission(routed: Routed) -> Routed:
     from duetime_dispatcher.fast_path import Emission
 
     return replace(routed, emission=Emission.__new__(Emission))
+
+
+def _missed(target: str, tenant: str, offset: int = 0) -> Release[Any]:
+    release = _release(target, tenant, offset)
+    release.routed = replace(release.routed, catch_up=True)
+    return release
+
+
+def test_missed_runs_pass_the_drain_then_their_own_target() -> None:
+    throttle: Throttle[Any] = Throttle()
+    throttle.set_limits({"@catch-up": TargetLimit(rate=100.0), "api": TargetLimit(rate=10.0)}, {})
+    on_time_free, on_time_api = _release("free", "t"), _release("api", "t")
+    missed_free, missed_api = _missed("free", "t", 1), _missed("api", "t", 2)
+    # On-time runs never queue behind the drain; missed ones all wait for it.
+    assert throttle.admit([on_time_free, on_time_api, missed_free, missed_api]) == [on_time_free]
+    assert throttle.waiting_per_target() == {"api": 1, "@catch-up": 2}
+    requests = {r.target_service: r for r in throttle.requests()}
+    assert [c.slot for c in requests["@catch-up"].candidates] == [False, False]
+    leaving = throttle.granted({"@catch-up": 2, "api": 1}, T0)
+    # Through the drain, the free target's run leaves; the api one now waits for api's grant.
+    assert leaving == [on_time_api, missed_free]
+    assert throttle.waiting_per_target() == {"api": 1}
+    throttle.requests()
+    assert throttle.granted({"api": 1}, T0) == [missed_api]
+    assert throttle.waiting == 0
+
+
+def test_without_the_drain_row_missed_runs_are_not_held() -> None:
+    throttle: Throttle[Any] = Throttle()
+    throttle.set_limits({"api": TargetLimit(rate=10.0)}, {})
+    missed = _missed("free", "t")
+    assert throttle.admit([missed]) == [missed]

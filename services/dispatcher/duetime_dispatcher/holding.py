@@ -82,6 +82,7 @@ class Release(Generic[T]):
     claim: Claim[T]
     key: RunKey
     throttled_ms: int = 0  # how long a grant kept it waiting after ``taken_at``
+    drained: bool = False  # a catch-up run that has passed the @catch-up drain
 
 
 @dataclass(slots=True)

@@ -54,6 +54,7 @@ class Routed:
             instant instead of forwarding this one (:mod:`duetime_dispatcher.fast_path`).
         target_service: the throttling key (None: an older record without the header).
         tenant: the fairness key inside a throttled target.
+        catch_up: planned after its time: drained at the ``@catch-up`` rate first.
     """
 
     run_id: uuid.UUID
@@ -68,6 +69,7 @@ class Routed:
     emission: Emission | None = None
     target_service: str | None = None
     tenant: str | None = None
+    catch_up: bool = False
 
     @property
     def key(self) -> RunKey:
@@ -96,6 +98,7 @@ def route_record(value: bytes | None, headers: Headers) -> Routed:
             routing.sent_at_ms,
             target_service=routing.target_service,
             tenant=routing.tenant,
+            catch_up=routing.catch_up,
         )
     run = RUN_EVENTS.decode(value, headers)
     kind = "kafka" if isinstance(run.target, KafkaTarget) else "http"

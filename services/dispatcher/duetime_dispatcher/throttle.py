@@ -12,6 +12,13 @@ runs is not stuck behind another tenant's 5,000 at a throttled target: its runs 
 first few grants whatever the other's backlog. Inside a tenant, runs leave in the order they fell
 due (FIFO).
 
+**Catch-up drain.** A run planned after its time (missed during an outage or while the planner
+was stopped; the planner marks it ``duetime-catch-up``) first waits in the ``@catch-up`` queue,
+whose rate is the global drain rate (``duetime targets set @catch-up --rate R``), and only then
+in its own target's queue if that target has limits. So the backlog of an outage leaves at the
+drain rate and never above any target's limit, while runs that are on time never queue behind
+it (they do not enter ``@catch-up``).
+
 Pure: no clock, no I/O. The dispatcher asks :meth:`Throttle.requests` for the candidates of the
 next grant, runs the grant on its database thread, and hands the counts to
 :meth:`Throttle.granted`, which returns the releases to publish and keeps the rest in front.
@@ -24,8 +31,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
-from duetime.flow import TargetLimit
-from duetime.store.flow import Candidate, GrantRequest, effective
+from duetime.flow import CATCH_UP, DEFAULT_TARGET, TargetLimit
+from duetime.store.flow import Candidate, GrantRequest
 
 from .holding import Release
 from .ledger import Partition
@@ -120,6 +127,8 @@ class Throttle(Generic[T]):
     def __init__(self, max_request: int = 2000) -> None:
         self.max_request = max_request
         self._limits: dict[str, TargetLimit] = {}
+        self._limited: set[str] = set()  # targets with a row whose limits (or the default's) bind
+        self._default_limited = False  # whether targets without a row are limited by '*'
         self._weights: dict[str, int] = {}
         self._queues: dict[str, FairQueue[Release[T]]] = {}
         self._asked: dict[str, list[tuple[str, Release[T]]]] = {}
@@ -134,31 +143,47 @@ class Throttle(Generic[T]):
         database grants everything to a target without limits)."""
         self._limits = dict(limits)
         self._weights = dict(weights)
+        default = self._limits.get(DEFAULT_TARGET, TargetLimit())
+        self._default_limited = default.limited
+        self._limited = {
+            name
+            for name, limit in self._limits.items()
+            if name != DEFAULT_TARGET and limit.over(default).limited
+        }
 
     def limited(self, target_service: str | None) -> bool:
-        if target_service is None or not self._limits:
+        """Whether runs of the target wait for grants (a set lookup: it runs per release)."""
+        if target_service is None:
             return False
-        return effective(self._limits, target_service).limited
+        if target_service in self._limited:
+            return True
+        return self._default_limited and target_service not in self._limits
 
     # -- the flow ------------------------------------------------------------------------------
 
     def admit(self, releases: list[Release[T]]) -> list[Release[T]]:
         """The releases that may go at once; the others wait for a grant."""
-        if not self._limits:
+        if not self._limited and not self._default_limited:
             return releases
         free: list[Release[T]] = []
+        drain = CATCH_UP in self._limited
         for release in releases:
             routed = release.routed
-            target = routed.target_service
-            if target is not None and self.limited(target):
-                queue = self._queues.get(target)
-                if queue is None:
-                    queue = self._queues[target] = FairQueue()
-                queue.add(routed.tenant or _UNKNOWN_TENANT, release)
-                self.throttled_total += 1
+            if drain and routed.catch_up and not release.drained:
+                self._wait(CATCH_UP, release)
+            elif self.limited(routed.target_service):
+                self._wait(routed.target_service, release)
             else:
                 free.append(release)
         return free
+
+    def _wait(self, target: str | None, release: Release[T]) -> None:
+        assert target is not None
+        queue = self._queues.get(target)
+        if queue is None:
+            queue = self._queues[target] = FairQueue()
+        queue.add(release.routed.tenant or _UNKNOWN_TENANT, release)
+        self.throttled_total += 1
 
     def requests(self) -> list[GrantRequest]:
         """The next grant's candidates: per waiting target, its runs in fair order."""
@@ -168,8 +193,13 @@ class Throttle(Generic[T]):
                 continue
             asked = queue.take(self.max_request, self._weights)
             self._asked[target] = asked
+            # The drain is a rate only: its grants take no in-flight slot (the run's own target
+            # takes one when the run passes its queue).
+            slots = target != CATCH_UP
             candidates = [
-                Candidate(r.routed.run_id, r.routed.attempt, slot=r.routed.emission is None)
+                Candidate(
+                    r.routed.run_id, r.routed.attempt, slot=slots and r.routed.emission is None
+                )
                 for _tenant, r in asked
             ]
             requests.append(GrantRequest(target, candidates))
@@ -180,15 +210,26 @@ class Throttle(Generic[T]):
         how long it waited), the rest waits in front. A target missing from ``counts`` (the grant
         failed) gets nothing this time."""
         leaving: list[Release[T]] = []
+        drained: list[Release[T]] = []
         for target, asked in self._asked.items():
             count = max(0, min(counts.get(target, 0), len(asked)))
             for _tenant, release in asked[:count]:
                 waited = (now - release.taken_at) / _MS
                 release.throttled_ms = max(0, int(waited))
-                leaving.append(release)
+                if target == CATCH_UP:
+                    release.drained = True
+                    drained.append(release)
+                else:
+                    leaving.append(release)
             if count < len(asked):
                 self._queues[target].put_back(asked[count:])
         self._asked.clear()
+        for release in drained:  # through the drain: next, the run's own target's limits
+            if self.limited(release.routed.target_service):
+                self._wait(release.routed.target_service, release)
+                self.throttled_total -= 1  # one run, counted once
+            else:
+                leaving.append(release)
         for target in [t for t, q in self._queues.items() if not q]:
             del self._queues[target]
         return leaving

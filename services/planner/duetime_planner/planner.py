@@ -245,6 +245,7 @@ class Planner:
         """
         tracker = DeliveryTracker(self.producer)
         headers = RoutingHeaders(now, RUN_EVENTS.headers())
+        missed_before = now - self.config.on_time_grace
         for job, runs in planned:
             template: RunTemplate | None = None
             kind = "http" if isinstance(job.target, HttpTarget) else "kafka"
@@ -269,7 +270,15 @@ class Planner:
                     self.catalog.tier_for(run.due_at - now),
                     run_id.encode("ascii"),
                     template.encode(run_id, run.scheduled_for, run.due_at, 1),
-                    headers.for_run(run_id, 1, run.due_at, kind, target=target, tenant=tenant),
+                    headers.for_run(
+                        run_id,
+                        1,
+                        run.due_at,
+                        kind,
+                        target=target,
+                        tenant=tenant,
+                        catch_up=run.scheduled_for < missed_before,
+                    ),
                 )
         if not tracker.produced:
             return PlanStats()
@@ -341,6 +350,8 @@ class Planner:
                 now,
                 target_service=row.target_service,
                 tenant=row.tenant,
+                # A first attempt published after its time: missed, so drained (a retry is not).
+                catch_up=attempt == 1 and row.scheduled_for < now - self.config.on_time_grace,
             ),
         )
 
