@@ -32,7 +32,7 @@ def test_set_change_list_and_unset(cli_env: str, capsys: pytest.CaptureFixture[s
         },
         {  # the drain of missed runs, there from the start
             "target": "@catch-up",
-            "rate_per_s": 100.0,
+            "rate_per_s": 1000.0,
             "burst": None,
             "max_in_flight": None,
             "in_flight": 0,
