@@ -173,7 +173,8 @@ def test_the_recorder_writes_in_chunks_publishes_results_and_releases_for_acking
     written = asyncio.run(recorder.flush())
     assert written == [release for release, _ in releases]  # all may be acked now
     assert [len(call) for call in store.calls] == [2, 1]
-    assert store.calls[0][0] == (runs[0].run_id, T0, 1, T0, T0 + S)
+    # (run, scheduled_for, attempt, released at, finished at, throttled ms)
+    assert store.calls[0][0] == (runs[0].run_id, T0, 1, T0, T0 + S, 0)
     assert (recorder.recorded, recorder.already_handled) == (2, 1)
     results = [RUN_RESULTS.decode(value) for _, value, _ in producer.sent]
     assert [r.run_id for r in results] == [runs[0].run_id, runs[2].run_id]
