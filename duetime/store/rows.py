@@ -231,6 +231,8 @@ class OutboxRun:
 
 @dataclass(frozen=True)
 class ExpiredLease:
+    """A running attempt whose lease ran out, locked for the reaper to end it."""
+
     run_id: uuid.UUID
     scheduled_for: datetime
     attempt: int
@@ -238,3 +240,16 @@ class ExpiredLease:
     lease_token: uuid.UUID
     worker: str | None
     retry: RetryPolicy
+
+    @classmethod
+    def from_row(cls, row: Any) -> ExpiredLease:
+        """From a row of ``runs_get_expired`` or ``runs_expired_among``."""
+        return cls(
+            run_id=row.run_id,
+            scheduled_for=row.scheduled_for,
+            attempt=row.attempt,
+            max_attempts=row.max_attempts,
+            lease_token=row.lease_token,
+            worker=row.worker,
+            retry=retry_from_row(row, row.max_attempts),
+        )

@@ -125,35 +125,7 @@ class Tx:
         ]
 
     def runs_get_expired(self, limit: int) -> list[ExpiredLease]:
-        return [
-            ExpiredLease(
-                run_id=r.run_id,
-                scheduled_for=r.scheduled_for,
-                attempt=r.attempt,
-                max_attempts=r.max_attempts,
-                lease_token=r.lease_token,
-                worker=r.worker,
-                retry=retry_from_row(r, r.max_attempts),
-            )
-            for r in self._rows("runs_get_expired", {"limit": limit})
-        ]
-
-    def runs_expire(
-        self, lease: ExpiredLease, state: str, retry_delay: timedelta, error: str
-    ) -> None:
-        self._rows(
-            "runs_complete",
-            {
-                "run_id": lease.run_id,
-                "scheduled_for": lease.scheduled_for,
-                "lease_token": lease.lease_token,
-                "state": state,
-                "outcome": "lease_expired",
-                "error": error,
-                "status_code": None,
-                "retry_delay_ms": retry_delay / timedelta(milliseconds=1),
-            },
-        )
+        return [ExpiredLease.from_row(r) for r in self._rows("runs_get_expired", {"limit": limit})]
 
     def runs_get_dead_unpublished(self, limit: int) -> Sequence[Any]:
         return self._rows("runs_get_dead_unpublished", {"limit": limit})

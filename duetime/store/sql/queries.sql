@@ -20,35 +20,9 @@ ORDER BY r.due_at
 LIMIT :limit
 FOR UPDATE OF r SKIP LOCKED;
 
--- name: runs_complete
--- Ends an attempt, fenced by its lease token: the new state is accepted only from the attempt that
--- holds the lease. Used by workers (outcome succeeded | failed) and by the reaper for expired
--- leases (outcome lease_expired). :state is 'succeeded', 'scheduled' (retry after
--- :retry_delay_ms) or 'dead'.
-WITH done AS (
-    UPDATE runs SET state = CAST(:state AS text),
-                    lease_token = NULL, lease_expires_at = NULL,
-                    finished_at = CASE WHEN CAST(:state AS text) = 'scheduled' THEN NULL ELSE now() END,
-                    due_at = CASE WHEN CAST(:state AS text) = 'scheduled'
-                        THEN now() + make_interval(secs => CAST(:retry_delay_ms AS double precision) / 1000.0)
-                        ELSE due_at END,
-                    next_attempt_at = CASE WHEN CAST(:state AS text) = 'scheduled'
-                        THEN now() + make_interval(secs => CAST(:retry_delay_ms AS double precision) / 1000.0) END,
-                    published_at = CASE WHEN CAST(:state AS text) = 'scheduled' THEN NULL ELSE published_at END,
-                    last_error = :error, updated_at = now()
-    WHERE run_id = :run_id AND scheduled_for = :scheduled_for AND lease_token = :lease_token
-      AND state = 'running'
-    RETURNING run_id, attempt
-), attempt_row AS (
-    UPDATE run_attempts a SET finished_at = now(), outcome = :outcome, error = :error,
-                              status_code = :status_code,
-                              duration_ms = (extract(epoch FROM now() - a.started_at) * 1000)::bigint
-    FROM done WHERE a.run_id = done.run_id AND a.attempt = done.attempt
-)
-SELECT attempt FROM done;
-
 -- name: runs_get_expired
--- The reaper's scan: running attempts whose lease ran out by the database clock.
+-- The reaper's safety-net scan: running attempts whose lease ran out by the database clock,
+-- whether or not the heartbeat stream showed them (sql/reaper.sql has the stream's query).
 SELECT r.run_id, r.scheduled_for, r.attempt, r.max_attempts, r.lease_token, r.worker,
        COALESCE(j.retry_initial_ms, 1000) AS retry_initial_ms,
        COALESCE(j.retry_multiplier, 2.0) AS retry_multiplier,

@@ -1,26 +1,27 @@
-"""The reaper: expired leases -> retry with backoff or dead; dead runs -> alert + dead topic.
+"""The reaper's round: the safety-net scan of expired leases, and dead runs -> alert + dead topic.
 
 Leases are judged by the database clock (``lease_expires_at < now()``), the same clock that set
 them, so a skewed reaper host cannot expire a healthy worker early. Ending an attempt is a fenced
 update on the attempt's lease token: if the worker completed (or renewed) in the meantime, the
 update matches nothing and the reaper leaves the run alone.
+
+A scan ends its expired leases a batch at a time: one statement finds and locks them, one ends
+them all (``expiry``), never a statement per run.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
 
 from confluent_kafka import Producer
 
 from duetime.bus.topics import TopicCatalog
-from duetime.logs import event
-from duetime.schedule import retry_delay
 from duetime.store import Store
 
 from .config import ReaperConfig
 from .dead_runs import DeadRunPublisher
+from .expiry import ExpiryCounts, LeaseExpirer
 
 __all__ = ["ReapStats", "Reaper"]
 
@@ -47,6 +48,7 @@ class Reaper:
         self.producer = producer
         self.catalog = catalog
         self.config = config or ReaperConfig()
+        self.expirer = LeaseExpirer(store, batch_size=self.config.batch_size)
         self.dead_runs = DeadRunPublisher(
             store,
             producer,
@@ -56,37 +58,24 @@ class Reaper:
         )
 
     def run_once(self) -> ReapStats:
-        expired, retried, dead = self.expire_leases()
+        counts = self.expire_leases()
         published = self.publish_dead()
-        return ReapStats(expired=expired, retried=retried, dead=dead, dead_published=published)
+        return ReapStats(
+            expired=counts.expired,
+            retried=counts.retried,
+            dead=counts.dead,
+            dead_published=published,
+        )
 
-    def expire_leases(self) -> tuple[int, int, int]:
-        retried = dead = 0
-        with self.store.tx() as tx:
-            leases = tx.runs_get_expired(self.config.batch_size)
-            for lease in leases:
-                error = f"lease expired (worker {lease.worker or 'unknown'})"
-                if lease.attempt < lease.max_attempts:
-                    state = "scheduled"
-                    delay = retry_delay(lease.retry, str(lease.run_id), lease.attempt)
-                    retried += 1
-                else:
-                    state, delay = "dead", timedelta(0)
-                    dead += 1
-                tx.runs_expire(lease, state, delay, error)
-                event(
-                    log,
-                    "lease.expired",
-                    logging.WARNING,
-                    run_id=lease.run_id,
-                    attempt=lease.attempt,
-                    worker=lease.worker,
-                    outcome=state,
-                    retry_in_ms=int(delay / timedelta(milliseconds=1))
-                    if state == "scheduled"
-                    else None,
-                )
-        return len(leases), retried, dead
+    def expire_leases(self) -> ExpiryCounts:
+        """The safety-net scan: end every lease the database finds expired, a batch (two
+        statements) at a time."""
+        total = ExpiryCounts()
+        while True:
+            counts = self.expirer.scan()
+            total += counts
+            if counts.expired < self.config.batch_size:
+                return total
 
     def publish_dead(self) -> int:
         """Raise each new dead run's alert and publish it on the dead topic (``dead_runs``)."""
