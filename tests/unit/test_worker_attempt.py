@@ -217,6 +217,22 @@ async def test_heartbeats_renew_and_are_announced(calls: BlockingCalls) -> None:
     assert beat.lease_expires_at > datetime.now(UTC)
 
 
+async def test_an_attempt_is_announced_when_claimed_before_any_renewal(
+    calls: BlockingCalls,
+) -> None:
+    # The reaper learns of attempts from runs.heartbeats: one that ends (or whose worker dies)
+    # before its first renewal must still have been announced, with the claim's lease.
+    store, events = FakeStore(), FakeEvents()
+    run = _run(lease_s=30, hb_s=10)
+    report = await _runner(store, events, FakeTargets(OK), calls).run(run)
+    assert report.status == "succeeded"
+    assert store.renewals == 0
+    (beat,) = events.heartbeats
+    assert (beat.run_id, beat.attempt, beat.worker) == (run.run_id, 1, "w-test")
+    assert datetime.now(UTC) + timedelta(seconds=25) < beat.lease_expires_at
+    assert events.results[0].attempt == 1
+
+
 async def test_lease_taken_away_cancels_the_execution_and_nothing_completes(
     calls: BlockingCalls,
 ) -> None:

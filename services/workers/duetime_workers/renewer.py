@@ -2,8 +2,10 @@
 
 Each claimed attempt is registered here (``hold``) until its completion has landed (``release``).
 When renewals fall due, the renewer renews all leases due within the next moment in one
-``runs_renew_batch`` (fenced by each lease token) and announces a ``RunHeartbeat`` for each. An
-attempt loses its lease, and its ``lost`` future is set with the reason, when either
+``runs_renew_batch`` (fenced by each lease token) and announces a ``RunHeartbeat`` for each; a
+lease is also announced once when it is first held, with the claim's expiry, so the reaper sees
+every attempt on ``runs.heartbeats`` from its start. An attempt loses its lease, and its
+``lost`` future is set with the reason, when either
 
 - the database answers that its token no longer matches (the reaper re-issued the run), or
 - no renewal has succeeded before its local deadline (``LeaseClock``), e.g. during a database
@@ -104,6 +106,9 @@ class LeaseRenewer:
         )
         self._leases.add(lease)
         self._wake.set()
+        # Announced at once, not only from its first renewal on: the reaper learns of attempts
+        # from runs.heartbeats, and one whose worker dies before renewing must be on it too.
+        self._announce(lease, claim.lease_expires_at)
         return lease
 
     def release(self, lease: HeldLease) -> None:
@@ -182,17 +187,20 @@ class LeaseRenewer:
             lease.clock.renewed(sent_at)
             lease.next_at = sent_at + lease.interval
             count += 1
-            self._events.heartbeat(
-                RunHeartbeat(
-                    run_id=lease.run.run_id,
-                    scheduled_for=lease.run.scheduled_for,
-                    attempt=lease.claim.attempt,
-                    worker=self._worker,
-                    lease_expires_at=expires_at,
-                    sent_at=self._now(),
-                )
-            )
+            self._announce(lease, expires_at)
         return count
+
+    def _announce(self, lease: HeldLease, expires_at: datetime) -> None:
+        self._events.heartbeat(
+            RunHeartbeat(
+                run_id=lease.run.run_id,
+                scheduled_for=lease.run.scheduled_for,
+                attempt=lease.claim.attempt,
+                worker=self._worker,
+                lease_expires_at=expires_at,
+                sent_at=self._now(),
+            )
+        )
 
     def _lose(self, lease: HeldLease, reason: str) -> None:
         self._leases.discard(lease)
