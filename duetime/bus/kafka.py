@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -23,9 +23,11 @@ from .topics import TopicCatalog, TopicSpec
 __all__ = [
     "DeliveryTracker",
     "admin_client",
+    "commit_offsets",
     "consumer_config",
     "create_topics",
     "make_producer",
+    "message_headers",
     "producer_config",
 ]
 
@@ -67,6 +69,23 @@ def consumer_config(settings: Settings, group_id: str, **overrides: Any) -> dict
         )
     config.update(overrides)
     return config
+
+
+def message_headers(message: Message) -> list[tuple[str, bytes | None]]:
+    """A consumed record's headers as the codecs take them (names with byte values)."""
+    raw = message.headers() or []
+    items = raw.items() if isinstance(raw, dict) else raw
+    return [(k, v.encode("utf-8") if isinstance(v, str) else v) for k, v in items]
+
+
+def commit_offsets(
+    consumer: Consumer, offsets: list[TopicPartition], *, asynchronous: bool
+) -> None:
+    """Commit ``offsets``, waiting for the broker's answer unless ``asynchronous``."""
+    if asynchronous:
+        consumer.commit(offsets=offsets, asynchronous=True)
+    else:
+        consumer.commit(offsets=offsets, asynchronous=False)
 
 
 def make_producer(settings: Settings, **overrides: Any) -> Producer:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-__all__ = ["DUE_TIERS", "WORKERS_GROUP", "TopicCatalog", "TopicSpec"]
+__all__ = ["DUE_TIERS", "REAPER_GROUP", "WORKERS_GROUP", "TopicCatalog", "TopicSpec"]
 
 # (tier name, the longest delay that goes to it). The last tier takes everything further out.
 DUE_TIERS: tuple[tuple[str, timedelta], ...] = (
@@ -20,6 +20,8 @@ DUE_TIERS: tuple[tuple[str, timedelta], ...] = (
 )
 # The workers' consumer group on runs.ready, after the prefix (decision 16 in docs/decisions.md).
 WORKERS_GROUP = "workers"
+# The reapers' consumer group on runs.heartbeats and runs.results, after the prefix.
+REAPER_GROUP = "reaper"
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,11 @@ class TopicCatalog:
     def workers_group(self) -> str:
         """The consumer group the workers share on ``runs.ready``."""
         return f"{self.prefix}{WORKERS_GROUP}"
+
+    @property
+    def reaper_group(self) -> str:
+        """The consumer group the reapers share on ``runs.heartbeats`` and ``runs.results``."""
+        return f"{self.prefix}{REAPER_GROUP}"
 
     def tier_for(self, delay: timedelta) -> str:
         """The due topic for a run published ``delay`` before its due time."""

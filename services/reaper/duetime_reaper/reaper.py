@@ -5,8 +5,11 @@ them, so a skewed reaper host cannot expire a healthy worker early. Ending an at
 update on the attempt's lease token: if the worker completed (or renewed) in the meantime, the
 update matches nothing and the reaper leaves the run alone.
 
-A scan ends its expired leases a batch at a time: one statement finds and locks them, one ends
-them all (``expiry``), never a statement per run.
+Expiry is driven by the heartbeat stream (``stream``); the scan here is the safety net for
+attempts the stream never showed (the broker lost its log, a partition nobody held). The service
+runs it every ``scan_interval``; ``run_once`` does a whole round, scan included, for tools and
+tests. A scan ends its expired leases a batch at a time: one statement finds and locks them, one
+ends them all (``expiry``), never a statement per run.
 """
 
 from __future__ import annotations

@@ -1,4 +1,11 @@
-"""``duetime service reaper``: expire leases, retry or bury runs, send alerts, until signalled."""
+"""``duetime service reaper``: expire leases, retry or bury runs, send alerts, until signalled.
+
+Three threads: the lease stream (``stream``: heartbeats and results -> expiry, as leases pass),
+the alerts (``alerting``), and this loop, which publishes dead runs every ``tick`` and runs the
+safety-net scan of expired leases every ``scan_interval`` (the first one a whole interval after
+the start: the stream, read again from its committed offsets, covers the time the reaper was
+down).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
@@ -21,8 +29,9 @@ from duetime.store import Store
 
 from .alert_config import AlertConfig
 from .alerting import make_alerting
-from .config import ReaperConfig
+from .config import ReaperConfig, parse_seconds
 from .reaper import Reaper
+from .stream import make_lease_stream
 
 __all__ = ["main"]
 
@@ -37,10 +46,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=os.environ.get("DUETIME_ALERT_WEBHOOK"),
         help="the operator's alert webhook (env DUETIME_ALERT_WEBHOOK; docs/runs.md, Alerts)",
     )
+    parser.add_argument(
+        "--scan-interval",
+        default=None,
+        help="seconds between safety-net scans of expired leases "
+        "(env DUETIME_REAPER_SCAN_INTERVAL, default 30)",
+    )
     args = parser.parse_args(argv)
     configure_logging("reaper")
     settings = load_settings()
-    config = ReaperConfig(tick_interval=timedelta(seconds=args.tick))
+    config = replace(ReaperConfig.from_env(), tick_interval=timedelta(seconds=args.tick))
+    if args.scan_interval is not None:
+        config = replace(config, scan_interval=parse_seconds("--scan-interval", args.scan_interval))
     alert_config = replace(AlertConfig.from_env(), webhook=args.alert_webhook or None)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -52,22 +69,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Deliveries and condition checks on their own thread: a hung webhook never delays reaping.
     alerting = make_alerting(settings, store, alert_config)
     alerting.start()
-    event(log, "reaper.started")
+    stream = make_lease_stream(settings, store, config)
+    stream.start()
+    event(log, "reaper.started", scan_interval_s=config.scan_interval.total_seconds())
+    scan_at = time.monotonic() + config.scan_interval.total_seconds()
     try:
         while not stop.is_set():
             try:
-                stats = reaper.run_once()
+                if time.monotonic() >= scan_at:
+                    scanned = reaper.expire_leases()
+                    scan_at = time.monotonic() + config.scan_interval.total_seconds()
+                    # Anything the scan finds, the stream missed (each is a lease.expired line).
+                    level = logging.INFO if scanned.expired else logging.DEBUG
+                    event(log, "reaper.scanned", level, expired=scanned.expired)
+                published = reaper.publish_dead()
             except DuetimeError as exc:
                 event(log, "reaper.round_failed", logging.ERROR, error=exc)
                 stop.wait(2.0)
                 continue
-            if not (stats.expired or stats.dead_published):
+            if not published:
                 stop.wait(config.tick_interval.total_seconds())
     finally:
         event(log, "reaper.stopping")
         # The clean-up below may wait on a broker or database that is gone: it gets 8 s, within
         # the 10 s duetime up grants a service before SIGKILL, then the process ends anyway.
         exit_after(8.0, "reaper")
+        stream.stop(3.0)
         alerting.stop()
         producer.flush(5)
         store.close()
