@@ -1,5 +1,6 @@
-"""``duetime up --demo`` as a user runs it: demo runs succeed, the failing job goes dead, and one
-SIGINT (Ctrl-C) stops every service and server it started."""
+"""``duetime up --demo`` as a user runs it: demo runs succeed, the failing job goes dead, the
+reaper's consumer group commits offsets on ``runs.heartbeats``, and one SIGINT (Ctrl-C) stops
+every service and server it started."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
+from duetime.bus.topics import TopicCatalog
 from duetime.config import read_env_file
 from duetime.lifetime import parent_death_preexec
 from duetime.store import Store
@@ -26,6 +29,22 @@ def _alive(pid: int) -> bool:
         return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
     except FileNotFoundError:
         return False
+
+
+def _wait_for_reaper_commits(bootstrap: str, deadline: float) -> dict[int, int]:
+    """The offsets the group ``duetime.reaper`` committed on ``duetime.runs.heartbeats``, by
+    partition, once at least one is past the start (asked without joining the group)."""
+    catalog = TopicCatalog()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": catalog.reaper_group})
+    try:
+        while True:
+            partitions = [TopicPartition(catalog.heartbeats, p) for p in range(catalog.partitions)]
+            committed = {tp.partition: tp.offset for tp in consumer.committed(partitions, 10)}
+            if any(offset > 0 for offset in committed.values()) or time.monotonic() > deadline:
+                return committed
+            time.sleep(0.5)
+    finally:
+        consumer.close()
 
 
 def test_up_demo_runs_and_ctrl_c_leaves_nothing_behind(tmp_path: Path) -> None:
@@ -68,6 +87,9 @@ def test_up_demo_runs_and_ctrl_c_leaves_nothing_behind(tmp_path: Path) -> None:
             time.sleep(0.5)
         else:
             pytest.fail(f"demo did not reach succeeded + dead: {states}\n{log_path.read_text()}")
+        # The reaper reads the workers' heartbeats in its own group and commits what it read.
+        committed = _wait_for_reaper_commits(urls["DUETIME_KAFKA_BOOTSTRAP"], time.monotonic() + 30)
+        assert any(offset > 0 for offset in committed.values()), committed
         text = log_path.read_text()
         pids = {int(p) for p in re.findall(r"service\.started name=\w+ pid=(\d+)", text)}
         stack = json.loads((tmp_path / "data" / "stack.json").read_text())
