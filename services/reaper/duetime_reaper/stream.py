@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -162,10 +163,15 @@ class LeaseStream:
                     partition,
                     offset,
                 )
-            else:
+            elif self._watched(message.key()):
                 self.book.result(
                     RUN_RESULTS.decode(message.value(), message_headers(message)), partition, offset
                 )
+            else:
+                # The result of a run the book does not watch (the Kafka fast path's, a run too
+                # short to heartbeat): nothing to end, so not decoded. A heartbeat of it read
+                # later starts a watch the database then reports ended (it judges expiry).
+                self.book.skip(partition, offset)
         except CodecError as exc:
             event(
                 log,
@@ -177,6 +183,17 @@ class LeaseStream:
                 error=str(exc),
             )
             self.book.skip(partition, offset)
+
+    def _watched(self, key: bytes | str | None) -> bool:
+        """Whether the book watches the run a results record is keyed by (the run id); a record
+        without a usable key is decoded to find out."""
+        if not self.book:
+            return False
+        try:
+            text = key.decode("ascii") if isinstance(key, bytes) else key
+            return text is None or self.book.get(uuid.UUID(text)) is not None
+        except (UnicodeDecodeError, ValueError):
+            return True
 
     # commits and rebalances -----------------------------------------------------------------
     def _commit(self, *, asynchronous: bool, only: set[Partition] | None = None) -> None:
