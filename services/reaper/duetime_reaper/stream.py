@@ -168,9 +168,9 @@ class LeaseStream:
                     RUN_RESULTS.decode(message.value(), message_headers(message)), partition, offset
                 )
             else:
-                # The result of a run the book does not watch (the Kafka fast path's, a run too
-                # short to heartbeat): nothing to end, so not decoded. A heartbeat of it read
-                # later starts a watch the database then reports ended (it judges expiry).
+                # The result of a run the book does not watch (the Kafka fast path's, or one
+                # read before its attempt's heartbeat): nothing to end, so not decoded. A
+                # heartbeat of it read later starts a watch the database then reports ended.
                 self.book.skip(partition, offset)
         except CodecError as exc:
             event(
