@@ -4,12 +4,15 @@
 - ``demo-kolkata-cron``: a cron job every minute in Asia/Kolkata.
 - ``demo-always-fails``: a job whose target answers 500, so its runs go to ``dead`` after three
   attempts (with backoff) and raise the dead-run alert.
+- ``demo-slow-3s``: a job whose target takes 3 s to answer, so its attempts hold leases that
+  the worker renews and announces on ``runs.heartbeats``, where the reaper watches them.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -19,9 +22,12 @@ from duetime.model import JobDefinition
 
 __all__ = ["DemoTarget", "demo_jobs"]
 
+_SLOW_ANSWER = 3.0  # seconds ``/slow`` takes to answer
+
 
 class DemoTarget:
-    """A recording HTTP target on 127.0.0.1: ``/ok`` answers 200, ``/fail`` answers 500."""
+    """A recording HTTP target on 127.0.0.1: ``/ok`` answers 200, ``/fail`` answers 500,
+    ``/slow`` answers 200 after 3 s."""
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
@@ -42,6 +48,8 @@ class DemoTarget:
                         }
                     )
                 status = 500 if self.path.startswith("/fail") else 200
+                if self.path.startswith("/slow"):
+                    time.sleep(_SLOW_ANSWER)
                 body = json.dumps({"ok": status == 200}).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -96,6 +104,15 @@ def demo_jobs(port: int) -> list[JobDefinition]:
                     "retry": {"max_attempts": 3, "initial_interval_seconds": 1, "multiplier": 2},
                     "lease_seconds": 10,
                     "heartbeat_seconds": 3,
+                },
+                {
+                    "id": "demo-slow-3s",
+                    "tenant": "demo",
+                    "schedule": {"interval": "PT15S"},
+                    "target": {"http": {"url": f"{base}/slow/3s", "timeout_seconds": 10}},
+                    "target_service": "demo-target",
+                    "lease_seconds": 10,
+                    "heartbeat_seconds": 2,
                 },
             ]
         }

@@ -217,20 +217,33 @@ async def test_heartbeats_renew_and_are_announced(calls: BlockingCalls) -> None:
     assert beat.lease_expires_at > datetime.now(UTC)
 
 
-async def test_an_attempt_is_announced_when_claimed_before_any_renewal(
+async def test_an_attempt_still_running_after_a_second_is_announced_before_any_renewal(
     calls: BlockingCalls,
 ) -> None:
-    # The reaper learns of attempts from runs.heartbeats: one that ends (or whose worker dies)
-    # before its first renewal must still have been announced, with the claim's lease.
-    store, events = FakeStore(), FakeEvents()
+    # The reaper learns of attempts from runs.heartbeats: one whose worker dies before its first
+    # renewal (20 s by default) must still have been announced, with the claim's lease.
+    store, events, targets = FakeStore(), FakeEvents(), FakeTargets(OK, hold=True)
     run = _run(lease_s=30, hb_s=10)
-    report = await _runner(store, events, FakeTargets(OK), calls).run(run)
-    assert report.status == "succeeded"
+    task = asyncio.create_task(_runner(store, events, targets, calls).run(run))
+    await targets.started.wait()
+    assert events.heartbeats == []
+    await _until(lambda: len(events.heartbeats) == 1, within=3)
     assert store.renewals == 0
     (beat,) = events.heartbeats
     assert (beat.run_id, beat.attempt, beat.worker) == (run.run_id, 1, "w-test")
     assert datetime.now(UTC) + timedelta(seconds=25) < beat.lease_expires_at
-    assert events.results[0].attempt == 1
+    targets.release.set()
+    assert (await task).status == "succeeded"
+    assert len(events.heartbeats) == 1
+
+
+async def test_a_short_attempt_is_not_announced(calls: BlockingCalls) -> None:
+    # Most attempts of a spike end within a second: they cost the heartbeat topic nothing.
+    store, events = FakeStore(), FakeEvents()
+    runner = _runner(store, events, FakeTargets(OK), calls)
+    assert (await runner.run(_run(lease_s=30, hb_s=10))).status == "succeeded"
+    await asyncio.sleep(1.2)
+    assert events.heartbeats == [] and len(events.results) == 1
 
 
 async def test_lease_taken_away_cancels_the_execution_and_nothing_completes(

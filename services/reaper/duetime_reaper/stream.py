@@ -168,9 +168,10 @@ class LeaseStream:
                     RUN_RESULTS.decode(message.value(), message_headers(message)), partition, offset
                 )
             else:
-                # The result of a run the book does not watch (the Kafka fast path's, or one
-                # read before its attempt's heartbeat): nothing to end, so not decoded. A
-                # heartbeat of it read later starts a watch the database then reports ended.
+                # The result of a run the book does not watch (the Kafka fast path's, a short
+                # attempt's that was never announced, one read before its attempt's heartbeat):
+                # nothing to end, so not decoded. A heartbeat of it read later starts a watch the
+                # database then reports ended.
                 self.book.skip(partition, offset)
         except CodecError as exc:
             event(
