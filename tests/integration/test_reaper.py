@@ -19,6 +19,8 @@ from duetime.jobdef import parse_job
 from duetime.model import run_id_for
 from duetime.store import NewRun, Store
 from duetime.store.jobs import jobs_apply
+from duetime.store.leases import LeaseCheck, runs_expire_batch, runs_expired_among
+from duetime_reaper.expiry import expiry_for
 from duetime_reaper.reaper import Reaper
 
 pytestmark = pytest.mark.integration
@@ -109,3 +111,82 @@ def test_expired_lease_is_retried_then_dead_and_published(database_url: str, sta
     consumer.close()
     store.close()
     assert record is not None and record.run_id == run_id and record.attempts == 2
+
+
+def test_the_database_judges_the_leases_the_stream_asks_about(database_url: str) -> None:
+    store = Store(database_url, pool_size=3)
+    job = parse_job(
+        {
+            "id": "judged",
+            "schedule": {"interval": "PT1H"},
+            "target": {"http": {"url": "https://example.com"}},
+            "retry": {"max_attempts": 2, "initial_interval_seconds": 0.1},
+        }
+    )
+    base = datetime.now(UTC).replace(microsecond=0)
+    runs = {
+        name: (run_id_for("judged", base + timedelta(hours=n)), base + timedelta(hours=n))
+        for n, name in enumerate(["expired", "held", "locked", "ended", "moved_on"])
+    }
+    with store.tx() as tx:
+        jobs_apply(tx, [job])
+        for run_id, scheduled_for in runs.values():
+            tx.runs_ensure_partition(scheduled_for.date())
+            tx.runs_insert(
+                [
+                    NewRun(
+                        run_id, "judged", "default", "example.com", scheduled_for, scheduled_for, 2
+                    )
+                ]
+            )
+    short, long = timedelta(milliseconds=100), timedelta(seconds=30)
+    claims = {
+        name: store.runs_claim(run_id, scheduled_for, 1, "w1", long if name == "held" else short)
+        for name, (run_id, scheduled_for) in runs.items()
+    }
+    assert all(claims.values())
+    ended_claim = claims["ended"]
+    assert ended_claim is not None
+    run_id, scheduled_for = runs["ended"]
+    assert store.runs_complete(
+        run_id=run_id,
+        scheduled_for=scheduled_for,
+        attempt=1,
+        worker="w1",
+        lease_token=ended_claim.lease_token,
+        state="succeeded",
+        outcome="succeeded",
+    )
+    time.sleep(0.3)  # the short leases run out by the database clock
+    checks = [LeaseCheck(run_id, scheduled_for, 1) for run_id, scheduled_for in runs.values()]
+    # "moved_on": the stream asks about attempt 2, the database has attempt 1 running.
+    moved_id, moved_for = runs["moved_on"]
+    checks[-1] = LeaseCheck(moved_id, moved_for, 2)
+
+    with store.engine.connect() as other:  # a worker renewing "locked" at this very moment
+        other.execute(
+            text("SELECT 1 FROM runs WHERE run_id = :r FOR UPDATE"), {"r": runs["locked"][0]}
+        )
+        with store.tx() as tx:
+            verdicts = runs_expired_among(tx, checks)
+            ended = runs_expire_batch(tx, [expiry_for(lease) for lease in verdicts.expired])
+        other.rollback()
+
+    assert [lease.run_id for lease in verdicts.expired] == [runs["expired"][0]]
+    assert ended == {runs["expired"][0]}
+    # Still held, or locked by someone else: looked at again later, with the lease it has now.
+    assert set(verdicts.alive) == {(runs["held"][0], 1), (runs["locked"][0], 1)}
+    assert verdicts.alive[(runs["held"][0], 1)] > datetime.now(UTC) + timedelta(seconds=20)
+    with store.engine.begin() as conn:
+        states = dict(
+            conn.execute(
+                text("SELECT run_id, state FROM runs WHERE run_id = ANY(:r)"),
+                {"r": [run_id for run_id, _ in runs.values()]},
+            ).all()
+        )
+        fenced = conn.execute(text("SELECT count(*) FROM run_fenced_completions")).scalar()
+    assert states[runs["expired"][0]] == "scheduled"
+    assert states[runs["locked"][0]] == "running"  # expired, but not this round's to end
+    assert states[runs["ended"][0]] == "succeeded"
+    assert fenced == 0  # the reaper's ends are never recorded as rejected completions
+    store.close()
