@@ -102,3 +102,57 @@ def test_missed_runs_drain_at_the_catch_up_rate_and_on_time_runs_do_not_wait(
     assert max(r.throttled_ms or 0 for r in missed_runs) >= 5000  # the wait is on the records
     [row] = pipeline.sql("SELECT throttled_ms FROM runs WHERE job_id = 'punctual'")
     assert row.throttled_ms == 0
+
+
+def test_a_killed_workers_in_flight_slot_returns_within_the_lease(
+    pipeline: Pipeline,  # noqa: F811
+    http_target: RecordingTarget,
+) -> None:
+    """One slot for the target; the run holding it loses its worker (SIGKILL) while the target
+    holds the request. The slot is not leaked: once the lease runs out, the reaper ends the
+    attempt, the slot stops counting, and the waiting run of the same target goes."""
+    with pipeline.store.tx() as tx:
+        flow.set_limits(tx.conn, "one-slot", max_in_flight=1)
+    time.sleep(3)  # the dispatcher re-reads limits every 2 s
+    due = (datetime.now(UTC) + timedelta(seconds=4)).replace(microsecond=0)
+    lease = {"lease_seconds": 6, "heartbeat_seconds": 2}
+    pipeline.apply(
+        [
+            e2e_job(
+                "holder",
+                f"{http_target.url}/slow-first/holder",
+                schedule={"at": due.isoformat()},
+                target_service="one-slot",
+                **lease,
+            ),
+            e2e_job(
+                "waiter",
+                f"{http_target.url}/ok/waiter",
+                schedule={"at": (due + timedelta(milliseconds=500)).isoformat()},
+                target_service="one-slot",
+                **lease,
+            ),
+        ]
+    )
+    [held] = http_target.wait_for("/slow-first/holder", 1, timeout=30)
+    time.sleep(1)
+    assert not http_target.matching("/ok/waiter")  # the one slot is taken
+    pipeline.kill("worker")
+    killed_at = time.time()
+    pipeline.start("worker")
+    [waiter] = http_target.wait_for("/ok/waiter", 1, timeout=60)
+    # Within the lease (6 s) plus the reaper's and the dispatcher's rounds, not the 60 s the
+    # target holds the dead worker's request.
+    assert waiter.at - killed_at < 6 + 20
+    assert waiter.at > held.at + 3  # it did wait for the slot
+
+    def finished() -> bool:
+        rows = pipeline.sql(
+            "SELECT count(*) AS n FROM runs WHERE job_id IN ('holder', 'waiter')"
+            " AND state = 'succeeded'"
+        )
+        return rows[0].n == 2
+
+    pipeline.wait_until("both runs succeeded", finished, timeout=60)
+    [holder] = pipeline.sql("SELECT attempt FROM runs WHERE job_id = 'holder'")
+    assert holder.attempt == 2  # the killed attempt ended by lease expiry, then retried
