@@ -37,7 +37,7 @@ class RunResult:
     scheduled_for: datetime
     attempt: int
     worker: str
-    outcome: str  # succeeded | failed | fenced
+    outcome: str  # succeeded | failed | fenced | handed_back (a stopping worker)
     state: str  # the run's state after this attempt
     started_at: datetime
     finished_at: datetime

@@ -123,7 +123,7 @@ CREATE TABLE public.run_attempts (
     error text,
     duration_ms bigint,
     CONSTRAINT run_attempts_attempt_check CHECK ((attempt >= 1)),
-    CONSTRAINT run_attempts_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'lease_expired'::text, 'fenced'::text])))
+    CONSTRAINT run_attempts_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'lease_expired'::text, 'fenced'::text, 'handed_back'::text])))
 );
 
 CREATE TABLE public.run_fenced_completions (

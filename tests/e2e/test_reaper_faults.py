@@ -31,7 +31,8 @@ from duetime.store import ClaimRequest, NewRun
 from duetime.store.attempts import claim_batch
 from tests.fixtures.target import RecordingTarget
 
-from .pipeline import TERMINAL, Pipeline, e2e_job
+from .invariants import check_runs
+from .pipeline import Pipeline, e2e_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e")]
 
@@ -183,18 +184,7 @@ def _from_the_scan(pipe: Pipeline, http_target: RecordingTarget) -> str:
 
 
 def _check_invariants(pipe: Pipeline, run_ids: list[str]) -> None:
-    runs = pipe.sql("SELECT * FROM runs WHERE run_id = ANY(:r)", r=_ids(run_ids))
-    assert len(runs) == len(run_ids)
-    # I2: every run is terminal.
-    assert all(r.state in TERMINAL for r in runs), runs
-    # I5: no attempt beyond max_attempts, on the run or in its attempts.
-    assert all(r.attempt <= r.max_attempts for r in runs)
-    beyond = pipe.sql(
-        "SELECT a.run_id, a.attempt FROM run_attempts a JOIN runs r USING (run_id, scheduled_for) "
-        "WHERE a.run_id = ANY(:r) AND a.attempt > r.max_attempts",
-        r=_ids(run_ids),
-    )
-    assert not beyond
+    runs = check_runs(pipe, run_ids)  # I2, I5, I3
     # Each run: attempt 1 expired (the reaper ended it), attempt 2 succeeded.
     for run in runs:
         attempts = pipe.sql(
@@ -205,22 +195,6 @@ def _check_invariants(pipe: Pipeline, run_ids: list[str]) -> None:
             (1, "lease_expired"),
             (2, "succeeded"),
         ]
-    # I3: an accepted completion (outcome succeeded/failed) only ever from the run's current
-    # attempt, and never from a lease the database had fenced.
-    stale = pipe.sql(
-        "SELECT a.run_id, a.attempt FROM run_attempts a JOIN runs r USING (run_id, scheduled_for) "
-        "WHERE a.run_id = ANY(:r) AND a.outcome IN ('succeeded', 'failed') "
-        "AND a.attempt <> r.attempt",
-        r=_ids(run_ids),
-    )
-    assert not stale
-    accepted_fenced = pipe.sql(
-        "SELECT f.run_id FROM run_fenced_completions f JOIN run_attempts a "
-        "ON a.run_id = f.run_id AND a.attempt = f.attempt AND a.lease_token = f.lease_token "
-        "WHERE f.run_id = ANY(:r) AND a.outcome IN ('succeeded', 'failed')",
-        r=_ids(run_ids),
-    )
-    assert not accepted_fenced
 
 
 def _ids(run_ids: list[str]) -> list[uuid.UUID]:

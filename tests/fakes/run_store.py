@@ -107,6 +107,7 @@ class FakeStore:
                 elif run.attempts.get(end.lease_token) in (
                     (end.attempt, "succeeded"),
                     (end.attempt, "failed"),
+                    (end.attempt, "handed_back"),
                 ):
                     accepted.add(end.lease_token)  # our own earlier, committed completion
                 else:

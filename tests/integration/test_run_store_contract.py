@@ -184,3 +184,24 @@ def test_every_claim_of_a_run_carries_a_higher_fencing_token(run_store: RunStore
     third = _req(RUN_A, 3)
     token_3 = run_store.runs_claim_batch("w3", [third])[third.lease_token].fencing_token
     assert token_1 < token_2 < token_3
+
+
+def test_a_handed_back_attempt_makes_the_run_claimable_by_the_next_attempt(
+    run_store: RunStore,
+) -> None:
+    """A stopping worker's hand-back: the run is scheduled again under no lease, a retry of the
+    statement after a lost reply is recognised, and the next claim is the next attempt."""
+    first = _req(RUN_A, 1)
+    run_store.runs_claim_batch("w1", [first])
+    handed = AttemptEnd(
+        RUN_A, SCHEDULED, 1, first.lease_token, "scheduled", "handed_back", error="stopped"
+    )
+    assert run_store.runs_complete_batch("w1", [handed]) == {first.lease_token}
+    assert run_store.runs_complete_batch("w1", [handed]) == {first.lease_token}
+    assert _fenced_count(run_store) == 0
+    assert (
+        run_store.runs_renew_batch([LeaseRenewal(RUN_A, SCHEDULED, first.lease_token, LEASE)]) == {}
+    )
+    assert run_store.runs_claim_batch("w2", [_req(RUN_A, 1)]) == {}
+    second = _req(RUN_A, 2)
+    assert run_store.runs_claim_batch("w2", [second])[second.lease_token].attempt == 2

@@ -54,6 +54,7 @@ RETURNING r.lease_token, r.lease_expires_at;
 -- name: runs_complete_batch
 -- End each attempt, fenced by its lease token: the new state is accepted only from the attempt
 -- that holds the lease. :states are 'succeeded', 'scheduled' (retry after the delay) or 'dead'.
+-- (A stopping worker hands an attempt back as 'scheduled' with no delay, outcome 'handed_back'.)
 -- An attempt whose run_attempts row already carries this token and a worker outcome was ended
 -- by an earlier, committed call whose reply was lost: accepted again, changing nothing. Every
 -- other request is fenced, and recorded as such (the evidence for invariant I3).
@@ -90,7 +91,7 @@ WITH req AS (
 ), already AS (
     SELECT a.lease_token
     FROM run_attempts a JOIN req ON a.run_id = req.run_id AND a.attempt = req.attempt
-    WHERE a.lease_token = req.lease_token AND a.outcome IN ('succeeded', 'failed')
+    WHERE a.lease_token = req.lease_token AND a.outcome IN ('succeeded', 'failed', 'handed_back')
 ), fenced AS (
     INSERT INTO run_fenced_completions (run_id, attempt, worker, lease_token, outcome)
     SELECT req.run_id, req.attempt, :worker, req.lease_token, req.outcome FROM req

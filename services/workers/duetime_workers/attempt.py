@@ -8,6 +8,7 @@
                         │                                          │              (fenced CAS)
                         └── LeaseRenewer renews every interval ────┘
                               lost ─► cancel the execution, do not complete (self-fencing)
+                              hand_back() ─► cancel the execution, complete as handed back
 
 Claims and completions go through ``StatementBatcher``s, so every attempt in flight in this
 process shares one statement per batch with the others; leases are renewed for all attempts at
@@ -20,6 +21,11 @@ database errors for ``claim_give_up``; after that the record is committed past a
 the planner's sweeper re-publishes runs that stay unclaimed (the database, not Kafka, is what
 guarantees a run is not lost). The completion is retried until the local lease deadline; if it
 never lands, the lease expires and the reaper schedules the next attempt.
+
+A stopping worker calls ``hand_back()`` for the attempts still running when its grace ends: each
+cancels its execution and ends its attempt through the same fenced completion, as ``scheduled``
+with no delay (or ``dead`` on the last attempt), so the run is retried at once instead of after
+its lease has lapsed.
 
 The ``AttemptReport`` says what happened and whether the Kafka offset may be committed.
 """
@@ -45,7 +51,7 @@ from duetime.store import AttemptEnd, Claim, ClaimRequest
 from .batcher import StatementBatcher
 from .blocking import BlockingCalls
 from .config import WorkerConfig
-from .decision import Completion, decide
+from .decision import Completion, decide, hand_back
 from .logs import event
 from .outcome import AttemptOutcome, retryable
 from .ports import RunEvents, RunStore, TargetExecutor
@@ -63,6 +69,7 @@ AttemptStatus = Literal[
     "lease_lost",  # self-fenced: execution cancelled, nothing completed
     "completion_fenced",  # the database rejected the completion (stale lease token)
     "completion_failed",  # the completion never reached the database; the reaper takes over
+    "handed_back",  # the worker stopped: execution cancelled, the run is due again at once
 ]
 
 # The state recorded on a RunResult when this worker does not know it: it lost the lease, so
@@ -131,6 +138,8 @@ class AttemptRunner:
         self._monotonic = monotonic
         self._now = now
         self._backoff = backoff
+        # One future shared by every attempt (waiting on it costs no task per attempt).
+        self._handing_back: asyncio.Future[None] | None = None
         worker = config.worker_id
         timeout = config.db_call_timeout.total_seconds()
         self.claims: StatementBatcher[ClaimRequest, Claim | None] = StatementBatcher(
@@ -151,6 +160,17 @@ class AttemptRunner:
         self.claims.start()
         self.completions.start()
         self.leases.start()
+
+    def hand_back(self) -> None:
+        """Stop every attempt that is executing and hand its run back (retried at once)."""
+        handing_back = self._hand_back_future()
+        if not handing_back.done():
+            handing_back.set_result(None)
+
+    def _hand_back_future(self) -> asyncio.Future[None]:
+        if self._handing_back is None:
+            self._handing_back = asyncio.get_running_loop().create_future()
+        return self._handing_back
 
     async def stop(self) -> None:
         await self.leases.stop()
@@ -175,9 +195,11 @@ class AttemptRunner:
             # Renewals stop with the execution: a completion that cannot reach the database
             # is retried only until the lease runs out, then the reaper takes over.
             self.leases.release(lease)
-        if outcome is None:
+        if outcome == "lost":
             self._announce(run, claim, "fenced", UNKNOWN_STATE, "lease lost")
             return AttemptReport("lease_lost")
+        if outcome == "handed_back":
+            return await self._finish(run, claim, lease, hand_back(claim.attempt, run.max_attempts))
         completion = decide(
             outcome, claim.attempt, run.max_attempts, self._backoff(run, claim.attempt)
         )
@@ -225,21 +247,27 @@ class AttemptRunner:
     # execute ------------------------------------------------------------------------------
     async def _execute_leased(
         self, run: RunEvent, claim: Claim, lease: HeldLease
-    ) -> AttemptOutcome | None:
-        """The target's outcome, or None if the lease was lost (execution cancelled)."""
+    ) -> AttemptOutcome | Literal["lost", "handed_back"]:
+        """The target's outcome; ``lost`` if the lease was lost, ``handed_back`` if the worker
+        is stopping (either way the execution was cancelled)."""
+        handing_back = self._hand_back_future()
+        if handing_back.done():  # claimed while the worker stops: do not start the work
+            return "handed_back"
         execution = asyncio.ensure_future(self._targets.execute(run, claim))
         try:
-            waiting: set[asyncio.Future[Any]] = {execution, lease.lost}
+            waiting: set[asyncio.Future[Any]] = {execution, lease.lost, handing_back}
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        finally:  # also on our own cancellation (shutdown past its grace)
+        finally:  # also on our own cancellation (a forced stop)
             if not execution.done():
                 execution.cancel()
         if execution.done() and not execution.cancelled():
             return self._outcome_of(run, claim, execution)
-        reason = lease.lost.result() if lease.lost.done() else "cancelled"
         await asyncio.wait({execution}, timeout=_CANCEL_WAIT)
+        if not lease.lost.done():
+            return "handed_back"
+        reason = lease.lost.result()
         event("lease.lost", logging.WARNING, **_context(run, claim.attempt), reason=reason)
-        return None
+        return "lost"
 
     def _outcome_of(
         self, run: RunEvent, claim: Claim, task: asyncio.Future[AttemptOutcome]
@@ -288,6 +316,9 @@ class AttemptRunner:
             completion.error,
             completion.status_code,
         )
+        if completion.outcome == "handed_back":
+            event("run.handed_back", logging.INFO, **ctx, state=completion.state)
+            return AttemptReport("handed_back")
         if completion.state == "succeeded":
             event("run.succeeded", logging.DEBUG, **ctx, status_code=completion.status_code)
             return AttemptReport("succeeded")

@@ -58,7 +58,9 @@ class WorkerConfig:
         allow_private_targets: Let HTTP targets reach loopback/private/link-local addresses.
             Off in production (SSRF); the local demo turns it on for its 127.0.0.1 target.
         shutdown_grace: How long in-flight attempts may run after SIGTERM before they are
-            cancelled (their leases then expire and the reaper retries them).
+            handed back (cancelled, and their runs due again at once); zero hands them back
+            at once. 5 s, so that the hand-back lands within the 10 s ``duetime up`` gives a
+            service after SIGTERM.
         db_call_timeout: Client-side deadline for a claim or completion statement. A silent
             network partition raises nothing, so every database call needs one.
         claim_give_up: How long a claim is retried through database errors before the record
@@ -74,7 +76,7 @@ class WorkerConfig:
     worker_id: str = field(default_factory=default_worker_id)
     concurrency: int = 256
     allow_private_targets: bool = False
-    shutdown_grace: timedelta = timedelta(seconds=10)
+    shutdown_grace: timedelta = timedelta(seconds=5)
     db_call_timeout: timedelta = timedelta(seconds=10)
     claim_give_up: timedelta = timedelta(seconds=60)
     poll_timeout: timedelta = timedelta(milliseconds=200)

@@ -14,7 +14,7 @@ from typing import Literal
 
 from .outcome import AttemptOutcome, OutcomeKind
 
-__all__ = ["Completion", "decide"]
+__all__ = ["Completion", "decide", "hand_back"]
 
 CompletedState = Literal["succeeded", "scheduled", "dead"]
 
@@ -25,14 +25,15 @@ class Completion:
 
     Attributes:
         state: ``succeeded``; ``scheduled`` (retry after ``retry_delay``); or ``dead``.
-        outcome: How the attempt went (``succeeded`` or ``failed``), stored on run_attempts.
+        outcome: How the attempt went (``succeeded``, ``failed``, or ``handed_back`` by a
+            stopping worker), stored on run_attempts.
         retry_delay: How long before the next attempt becomes due (zero unless retrying).
         error: Why the attempt failed (None on success).
         status_code: The HTTP status, when there was one.
     """
 
     state: CompletedState
-    outcome: Literal["succeeded", "failed"]
+    outcome: Literal["succeeded", "failed", "handed_back"]
     retry_delay: timedelta = timedelta(0)
     error: str | None = None
     status_code: int | None = None
@@ -67,3 +68,17 @@ def decide(
     return Completion(
         state="dead", outcome="failed", error=outcome.error, status_code=outcome.status_code
     )
+
+
+def hand_back(attempt: int, max_attempts: int) -> Completion:
+    """End an attempt the worker stopped before it finished (docs/workers.md, "Stopping").
+
+    The attempt counts: its number is spent (a later attempt must carry a higher number, the
+    fencing rule of docs/targets.md), and the target may have seen it. With attempts left the run
+    is due again at once, with no backoff, because nothing failed. On the last attempt the run is
+    dead, as the reaper would make it when the lease lapsed, only sooner.
+    """
+    error = "worker stopped during the attempt"
+    if attempt < max_attempts:
+        return Completion(state="scheduled", outcome="handed_back", error=error)
+    return Completion(state="dead", outcome="handed_back", error=error)

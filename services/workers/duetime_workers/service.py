@@ -57,7 +57,8 @@ def parser() -> argparse.ArgumentParser:
         "--shutdown-grace",
         type=float,
         metavar="SECONDS",
-        help="time in-flight attempts get at shutdown (env DUETIME_WORKER_SHUTDOWN_GRACE)",
+        help="time in-flight attempts get at shutdown before they are handed back "
+        "(env DUETIME_WORKER_SHUTDOWN_GRACE, default 5)",
     )
     p.add_argument(
         "--secrets-dir",

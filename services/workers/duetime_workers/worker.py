@@ -10,11 +10,13 @@ Threads and the event loop divide the work by what blocks:
 - a **producer thread** serves librdkafka delivery callbacks (``AsyncProducer``);
 - a **database pool** runs the blocking batch statements under deadlines (``BlockingCalls``).
 
-Shutdown (SIGINT/SIGTERM, or ``request_stop()``): stop taking records, give in-flight attempts
-``shutdown_grace`` to finish, cancel the rest (their leases expire and the reaper retries them;
-their offsets stay uncommitted, so the records are re-delivered too), commit, leave the group,
-flush the producer. A second signal, a second or more after the first, cancels in-flight
-attempts at once.
+Shutdown (SIGINT/SIGTERM, or ``request_stop()``): stop taking records at once, give in-flight
+attempts ``shutdown_grace`` to finish, then hand the rest back (``AttemptRunner.hand_back``: their
+executions are cancelled and one batched, fenced completion makes their runs due again at once,
+so they are retried without waiting for their leases to lapse), commit, leave the group, flush
+the producer. An attempt whose hand-back does not land is cancelled and left to the reaper. A
+second signal, a second or more after the first, cancels in-flight attempts at once (their
+leases then expire and the reaper retries them).
 """
 
 from __future__ import annotations
@@ -160,7 +162,7 @@ class WorkerService:
         thread.start()
         try:
             await self._stop.wait()
-            await self._shutdown(consumer)
+            await self._shutdown(consumer, runner)
         finally:
             stats.cancel()
             await runner.stop()
@@ -178,17 +180,25 @@ class WorkerService:
         wanted = {self.catalog.ready, self.catalog.heartbeats, self.catalog.results}
         return [spec for spec in self.catalog.all() if spec.name in wanted]
 
-    async def _shutdown(self, consumer: ReadyConsumer) -> None:
+    async def _shutdown(self, consumer: ReadyConsumer, runner: AttemptRunner) -> None:
         consumer.stop_fetching.set()
         event("worker.stopping", in_flight=len(self._tasks))
-        if self._tasks:
-            grace = self.config.shutdown_grace.total_seconds()
-            _done, late = await asyncio.wait(set(self._tasks), timeout=grace)
-            for task in late:
-                task.cancel()
-            if late:
-                event("worker.attempts_cancelled", logging.WARNING, count=len(late))
-                await asyncio.wait(late, timeout=_CANCEL_WAIT)
+        if not self._tasks:
+            return
+        grace = self.config.shutdown_grace.total_seconds()
+        _done, late = await asyncio.wait(set(self._tasks), timeout=grace)
+        if not late:
+            return
+        event("worker.handing_back", count=len(late))
+        runner.hand_back()
+        # Cancelling the executions, then one completion statement (under its own deadline).
+        handing = _CANCEL_WAIT + self.config.db_call_timeout.total_seconds()
+        _done, stuck = await asyncio.wait(late, timeout=handing)
+        for task in stuck:
+            task.cancel()
+        if stuck:
+            event("worker.attempts_cancelled", logging.WARNING, count=len(stuck))
+            await asyncio.wait(stuck, timeout=_CANCEL_WAIT)
 
     def _install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():

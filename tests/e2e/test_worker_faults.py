@@ -1,0 +1,121 @@
+"""Fault injection on the workers (shared/RELIABILITY.md §6), checked by SQL afterwards.
+
+SIGTERM to the worker process whose attempt is executing: it takes no more work, gives the
+attempt its ``shutdown_grace``, then hands it back (docs/workers.md, "Stopping"): the attempt ends
+as ``handed_back`` and the run is due again at once, so the group's other process (or the one its
+supervisor starts in its place) retries it long before the attempt's lease would have lapsed.
+The lease and the retry backoff here are far longer than the whole scenario, so a retry that
+waited for either would never come in time.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.target import RecordingTarget
+
+from .invariants import check_runs
+from .pipeline import Pipeline, e2e_job
+
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e")]
+
+LEASE = timedelta(seconds=120)
+GRACE_SECONDS = 2
+# The first request of the run is answered after 600 s (the call's timeout is longer): attempt 1
+# is still executing when SIGTERM comes, however slowly the services start on this machine.
+SLOW = "/slow-once-600/hand-back"
+
+
+def test_sigterm_hands_the_in_flight_run_back_and_it_is_retried_at_once(
+    database_url: str, stack: Any, http_target: RecordingTarget, tmp_path: Path
+) -> None:
+    pipe = Pipeline(database_url, stack.kafka_bootstrap, tmp_path)
+    pipe.env["DUETIME_WORKER_SHUTDOWN_GRACE"] = str(GRACE_SECONDS)
+    pipe.env["DUETIME_WORKER_PROCESSES"] = "2"
+    try:
+        pipe.start_all()
+        _scenario(pipe, http_target)
+    finally:
+        pipe.stop_all()
+
+
+def _scenario(pipe: Pipeline, http_target: RecordingTarget) -> None:
+    url = f"{http_target.url}{SLOW}"
+    pipe.apply(
+        [
+            e2e_job(
+                "hand-back",
+                url,
+                target={"http": {"url": url, "timeout_seconds": 900}},
+                schedule={"at": "2000-01-01T00:00:00Z"},
+                lease_seconds=int(LEASE.total_seconds()),
+                heartbeat_seconds=5,
+                retry={
+                    "max_attempts": 3,
+                    "initial_interval_seconds": 300,
+                    "max_interval_seconds": 300,
+                },
+            )
+        ]
+    )
+    (first,) = http_target.wait_for(SLOW, 1, timeout=90) or [None]
+    assert first is not None, pipe.logs()
+    run_id = first.headers["X-Duetime-Run-Id"]
+
+    # SIGTERM to the one worker process that executes attempt 1 (worker id "<base>-<index>").
+    holder = pipe.sql("SELECT worker FROM runs WHERE run_id = :r", r=run_id)[0].worker
+    index = holder.rsplit("-", 1)[1]
+    pid = _process_pid(pipe.log_text("worker"), index)
+    started = time.monotonic()
+    os.kill(pid, signal.SIGTERM)
+    pipe.wait_until(
+        "the worker process to stop",
+        lambda: f"worker.process_exited index={index} pid={pid} code=0" in pipe.log_text("worker"),
+        timeout=60,
+    )
+    stopped_in = time.monotonic() - started
+
+    # The retry is due at once: neither the backoff (300 s) nor the lease (120 s) is waited for.
+    pipe.wait_until(
+        "the run to succeed",
+        lambda: pipe.sql("SELECT 1 FROM runs WHERE run_id = :r AND state = 'succeeded'", r=run_id),
+        timeout=90,
+    )
+    (run,) = check_runs(pipe, [run_id])  # I2, I5, I3
+    assert (run.state, run.attempt) == ("succeeded", 2)
+    attempts = pipe.sql(
+        "SELECT attempt, outcome, worker, started_at, error FROM run_attempts "
+        "WHERE run_id = :r ORDER BY attempt",
+        r=run_id,
+    )
+    assert [(a.attempt, a.outcome) for a in attempts] == [(1, "handed_back"), (2, "succeeded")]
+    handed, retry = attempts
+    assert handed.worker == holder
+    assert handed.error == "worker stopped during the attempt"
+    # Retried before attempt 1's lease could have lapsed: nobody waited for the reaper.
+    assert retry.started_at < handed.started_at + LEASE
+    assert not pipe.sql("SELECT 1 FROM run_fenced_completions WHERE run_id = :r", r=run_id)
+    assert " lease.expired " not in pipe.log_text("reaper")
+    # The stopping process waited its grace, then handed the attempt back.
+    assert stopped_in >= GRACE_SECONDS
+    log = pipe.log_text("worker")
+    assert f"worker_id={holder}" in log and "worker.handing_back count=1" in log
+    assert f"run.handed_back run_id={run_id} attempt=1" in log
+    # I8: each request carried its run and attempt; the retry reached the target once.
+    keys = [r.headers["Idempotency-Key"] for r in http_target.matching(SLOW)]
+    assert keys == [f"{run_id}:1", f"{run_id}:2"]
+
+
+def _process_pid(log: str, index: str) -> int:
+    """The pid of worker process ``index`` from its supervisor's ``worker.process_started``."""
+    for line in log.splitlines():
+        if " worker.process_started " in line and f" index={index} " in line:
+            return int(line.rsplit("pid=", 1)[1].split()[0])
+    raise AssertionError(f"no worker process {index} in the log:\n{log}")
