@@ -25,6 +25,9 @@ __all__ = [
     "Candidate",
     "GrantRequest",
     "TargetOverview",
+    "forecast_add",
+    "forecast_prune",
+    "forecast_read",
     "grant",
     "limits",
     "overview",
@@ -145,6 +148,27 @@ def grant(conn: Connection, requests: Sequence[GrantRequest]) -> dict[str, int]:
     if slots:
         conn.execute(query("target_slots_take"), {"rows": batch_json(slots)})
     return granted
+
+
+def forecast_read(
+    conn: Connection, names: Sequence[str], first: int, last: int
+) -> dict[tuple[str, int], int]:
+    """Runs planned per (target, epoch second) in [first, last] for ``names``."""
+    rows = conn.execute(
+        query("target_forecast_read"), {"names": list(names), "first": first, "last": last}
+    )
+    return {(r.target_service, int(r.second)): int(r.runs) for r in rows}
+
+
+def forecast_add(conn: Connection, added: Mapping[tuple[str, int], int]) -> None:
+    """Add runs to the forecast, one statement."""
+    rows = [{"target_service": t, "second": s, "runs": n} for (t, s), n in added.items() if n]
+    if rows:
+        conn.execute(query("target_forecast_add"), {"rows": batch_json(rows)})
+
+
+def forecast_prune(conn: Connection, before: int) -> None:
+    conn.execute(query("target_forecast_prune"), {"before": before})
 
 
 def report_waiting(conn: Connection, dispatcher: str, waiting: Mapping[str, int]) -> None:

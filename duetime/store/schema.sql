@@ -171,6 +171,13 @@ CREATE TABLE public.runs (
 )
 PARTITION BY RANGE (scheduled_for);
 
+CREATE TABLE public.target_forecast (
+    target_service text NOT NULL,
+    second bigint NOT NULL,
+    runs integer NOT NULL,
+    CONSTRAINT target_forecast_runs_check CHECK ((runs >= 0))
+);
+
 CREATE TABLE public.target_slots (
     target_service text NOT NULL,
     run_id uuid NOT NULL,
@@ -232,6 +239,9 @@ ALTER TABLE ONLY public.runs
 
 ALTER TABLE ONLY public.runs
     ADD CONSTRAINT runs_pkey PRIMARY KEY (run_id, scheduled_for);
+
+ALTER TABLE ONLY public.target_forecast
+    ADD CONSTRAINT target_forecast_pkey PRIMARY KEY (target_service, second);
 
 ALTER TABLE ONLY public.target_slots
     ADD CONSTRAINT target_slots_pkey PRIMARY KEY (target_service, run_id, attempt);

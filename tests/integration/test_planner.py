@@ -18,7 +18,8 @@ from duetime.bus.run_headers import epoch_ms, read_routing
 from duetime.bus.topics import TopicCatalog
 from duetime.config import Settings
 from duetime.jobdef import parse_job
-from duetime.store import Store, tenants
+from duetime.schedule import due_at
+from duetime.store import Store, flow, tenants
 from duetime.store.jobs import jobs_apply
 from duetime_planner.config import PlannerConfig
 from duetime_planner.ingest import IngestStats, JobIngest
@@ -409,3 +410,49 @@ def test_runs_the_broker_did_not_acknowledge_stay_in_the_outbox(
         "lost-1",
         "lost-2",
     ]
+
+
+def test_windowed_runs_are_spread_under_their_targets_rate(
+    env: tuple[Settings, Store, Producer],
+) -> None:
+    """500 jobs due at one instant with a 60 s window, on a target limited to 10 runs/s, planned
+    in batches of 100: every second of the window gets at most 10 of them, where their hash
+    offsets alone put more than 10 into some seconds."""
+    settings, store, producer = env
+    with store.tx() as tx:
+        flow.set_limits(tx.conn, "limited.example.com", rate=10.0)
+        now = tx.db_now()
+    due = (now + timedelta(minutes=2)).replace(microsecond=0)
+    jobs = [
+        _job(
+            f"win-{i:03d}",
+            schedule={"at": due.isoformat()},
+            window_seconds=60,
+            target_service="limited.example.com",
+        )
+        for i in range(500)
+    ]
+    jobs += [_job("free-0", schedule={"at": due.isoformat()}, window_seconds=60)]
+    with store.tx() as tx:
+        jobs_apply(tx, jobs)
+    config = PlannerConfig(lookahead=timedelta(minutes=5), batch_size=100)
+    planner = Planner(store, producer, TopicCatalog(settings.topic_prefix), config)
+    planner.ensure_partitions(datetime.now(UTC).date())
+    assert planner.run_once().runs_created == 501
+    with store.engine.begin() as conn:
+        rows = conn.execute(
+            text("SELECT due_at FROM runs WHERE target_service = 'limited.example.com'")
+        ).all()
+        forecast = conn.execute(
+            text("SELECT sum(runs) FROM target_forecast WHERE target_service = :t"),
+            {"t": "limited.example.com"},
+        ).scalar_one()
+    per_second = Counter(int(r.due_at.timestamp()) for r in rows)
+    assert len(rows) == 500 and max(per_second.values()) <= 10
+    by_hash = Counter(
+        int(due_at(f"win-{i:03d}", due, timedelta(seconds=60), None).timestamp())
+        for i in range(500)
+    )
+    assert max(by_hash.values()) > 10
+    assert all(due <= r.due_at < due + timedelta(seconds=60) for r in rows)
+    assert forecast == 500  # the forecast counts what was planned, for the next batches

@@ -104,3 +104,17 @@ SELECT t.target_service, t.rate_per_second, t.burst, t.max_in_flight,
            AS throttled
 FROM targets t
 ORDER BY t.target_service = '*' DESC, t.target_service;
+
+-- name: target_forecast_read
+-- The forecast of the given targets between two epoch seconds (inclusive).
+SELECT target_service, second, runs FROM target_forecast
+WHERE target_service = ANY(:names) AND second BETWEEN :first AND :last;
+
+-- name: target_forecast_add
+INSERT INTO target_forecast AS f (target_service, second, runs)
+SELECT u.target_service, u.second, u.runs
+FROM json_to_recordset(CAST(:rows AS json)) AS u(target_service text, second bigint, runs integer)
+ON CONFLICT (target_service, second) DO UPDATE SET runs = f.runs + EXCLUDED.runs;
+
+-- name: target_forecast_prune
+DELETE FROM target_forecast WHERE second < :before;

@@ -18,7 +18,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 
 from confluent_kafka import Producer
@@ -28,12 +28,14 @@ from duetime.bus.records import RUN_EVENTS
 from duetime.bus.run_headers import RoutingHeaders, routing_headers
 from duetime.bus.run_template import RunTemplate
 from duetime.bus.topics import TopicCatalog
+from duetime.capacity import WindowedRun, epoch_second, place
 from duetime.errors import InvalidInput
+from duetime.flow import TargetLimit
 from duetime.logs import event
 from duetime.model import HttpTarget, RunEvent
-from duetime.planning import PlannedRun, PlanningRate, lookahead_for, plan_jobs
+from duetime.planning import JobPlan, PlannedRun, PlanningRate, lookahead_for, plan_jobs
 from duetime.schedule import ScheduleCache
-from duetime.store import NewRun, Store
+from duetime.store import NewRun, Store, Tx, flow
 from duetime.store.rows import DueJob, OutboxRun
 
 from .config import PlannerConfig
@@ -95,6 +97,10 @@ class Planner:
         self._last_probe: float | None = None
         self.lookahead = self.config.lookahead
         self.rate = PlanningRate(self.config.planning_rate, min_jobs=self.config.batch_size)
+        self._limits: dict[str, TargetLimit] = {}
+        self._rates_read_at: float | None = None
+        self._rate_cache: dict[str, float] = {}
+        self._no_rate: set[str] = set()
 
     def run_once(self) -> PlanStats:
         """Plan every due job, publish every unpublished run (in batches), sweep when due."""
@@ -180,6 +186,7 @@ class Planner:
             plans = plan_jobs(
                 due, now=now, lookahead=lookahead, cache=self.cache, grace=cfg.on_time_grace
             )
+            placed = self._place(tx, now, due, plans)
             new_runs: list[NewRun] = []
             planned: list[tuple[DueJob, tuple[PlannedRun, ...]]] = []
             # (job_id, next_run_at, last scheduled_for): written in one statement, not per job.
@@ -191,6 +198,12 @@ class Planner:
                     event(log, "job.unschedulable", logging.ERROR, job_id=job.job_id, error=plan)
                     advances.append((job.job_id, None, None))
                     continue
+                if placed:
+                    runs = tuple(
+                        replace(r, due_at=placed[r.run_id]) if r.run_id in placed else r
+                        for r in plan.runs
+                    )
+                    plan = replace(plan, runs=runs)
                 for run in plan.runs:
                     new_runs.append(
                         NewRun(
@@ -224,6 +237,76 @@ class Planner:
         published = self._publish_planned(planned, inserted, now, now + lookahead)
         stats = PlanStats(jobs_planned=len(due), runs_created=len(new_runs)) + published
         return stats, len(due) == cfg.batch_size
+
+    def _rates(self, tx: Tx, now: datetime) -> dict[str, float]:
+        """The rate limit of each target that has one (own or default), re-read every
+        ``probe_interval``; the forecast's past seconds are pruned at the same time."""
+        clock = self._monotonic()
+        if (
+            self._rates_read_at is None
+            or clock - self._rates_read_at >= self.config.probe_interval.total_seconds()
+        ):
+            self._limits = flow.limits(tx.conn)
+            self._rates_read_at = clock
+            self._rate_cache.clear()
+            self._no_rate.clear()
+            flow.forecast_prune(tx.conn, epoch_second(now) - 60)
+        return self._rate_cache
+
+    def _rate_of(self, target_service: str) -> float | None:
+        cache = self._rate_cache
+        if target_service not in cache and target_service not in self._no_rate:
+            rate = flow.effective(self._limits, target_service).rate
+            if rate is None:
+                self._no_rate.add(target_service)
+                return None
+            cache[target_service] = rate
+        return cache.get(target_service)
+
+    def _place(
+        self,
+        tx: Tx,
+        now: datetime,
+        due: Sequence[DueJob],
+        plans: Sequence[JobPlan | InvalidInput],
+    ) -> dict[uuid.UUID, datetime]:
+        """Capacity-aware windows (``duetime.capacity``): for targets with a rate limit, put
+        each windowed run in the first second of its window the target's forecast has room
+        in, and add every run of such a target to the forecast. Nothing to do (no query) when
+        no planned job has a rate-limited target."""
+        self._rates(tx, now)
+        if self._rates_read_at is not None and not self._limits:
+            return {}
+        if len(self._no_rate) > 100_000:  # targets come and go: do not grow without bound
+            self._no_rate.clear()
+        windowed: list[WindowedRun] = []
+        for job, plan in zip(due, plans, strict=True):
+            if isinstance(plan, InvalidInput) or not plan.runs:
+                continue
+            if self._rate_of(job.target_service) is None:
+                continue
+            runs = plan.runs
+            for index, run in enumerate(runs):
+                following = runs[index + 1].scheduled_for if index + 1 < len(runs) else None
+                following = following or plan.next_run_at
+                window = job.window
+                if following is not None:
+                    window = min(window, following - run.scheduled_for)
+                windowed.append(
+                    WindowedRun(
+                        run.run_id, job.target_service, run.scheduled_for, run.due_at, window
+                    )
+                )
+        if not windowed:
+            return {}
+        names = sorted({w.target_service for w in windowed})
+        first = min(epoch_second(w.scheduled_for) for w in windowed)
+        last = max(epoch_second(w.scheduled_for + w.window) for w in windowed)
+        load = flow.forecast_read(tx.conn, names, first, last)
+        before = dict(load)
+        placed = place(windowed, load, self._rate_cache)
+        flow.forecast_add(tx.conn, {k: n - before.get(k, 0) for k, n in load.items()})
+        return placed
 
     def _publish_planned(
         self,
