@@ -6,10 +6,17 @@ as ``handed_back`` and the run is due again at once, so the group's other proces
 supervisor starts in its place) retries it long before the attempt's lease would have lapsed.
 The lease and the retry backoff here are far longer than the whole scenario, so a retry that
 waited for either would never come in time.
+
+A worker cut off from PostgreSQL by a TCP proxy that goes silent (``blackhole``) while its attempt
+executes: it cannot renew the lease nor learn that it is gone, so it cancels the call by its own
+clock within the lease (self-fencing) and completes nothing; the reaper expires the attempt by the
+database clock; once the cut heals, the worker's held statements arrive late and change nothing,
+and the run is retried and succeeds. I2, I5, I3, I8.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -18,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy.engine import make_url
 
+from tests.fixtures.proxy import TcpProxy
 from tests.fixtures.target import RecordingTarget
 
 from .invariants import check_runs
@@ -119,3 +128,94 @@ def _process_pid(log: str, index: str) -> int:
         if " worker.process_started " in line and f" index={index} " in line:
             return int(line.rsplit("pid=", 1)[1].split()[0])
     raise AssertionError(f"no worker process {index} in the log:\n{log}")
+
+
+# A worker cut off from PostgreSQL ---------------------------------------------------------------
+CUT_LEASE_SECONDS = 6
+# Attempt 1 is answered 30 s after it arrives, long after its 6 s lease: the worker, cut off at
+# once, can neither renew the lease nor hear that it is gone, and must stop the call by itself.
+CUT = "/slow-once-30/cut-off"
+
+
+def test_a_worker_cut_off_from_postgres_stops_the_call_within_its_lease_and_the_run_is_retried(
+    database_url: str, stack: Any, http_target: RecordingTarget, tmp_path: Path
+) -> None:
+    url = make_url(database_url)
+    with contextlib.ExitStack() as cleanup:
+        proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432)
+        cleanup.callback(proxy.close)
+        pipe = Pipeline(database_url, stack.kafka_bootstrap, tmp_path)
+        cleanup.callback(pipe.stop_all)
+        for name in ("planner", "dispatcher", "reaper"):
+            pipe.start(name)
+        proxied = url.set(host="127.0.0.1", port=proxy.port)
+        pipe.env["DUETIME_DATABASE_URL"] = proxied.render_as_string(hide_password=False)
+        pipe.env["DUETIME_WORKER_PROCESSES"] = "1"
+        pipe.start("worker")
+        pipe.env["DUETIME_DATABASE_URL"] = database_url
+        _cut_off_scenario(pipe, proxy, http_target)
+
+
+def _cut_off_scenario(pipe: Pipeline, proxy: TcpProxy, http_target: RecordingTarget) -> None:
+    pipe.apply(
+        [
+            e2e_job(
+                "cut-off",
+                f"{http_target.url}{CUT}",
+                schedule={"at": "2000-01-01T00:00:00Z"},
+                lease_seconds=CUT_LEASE_SECONDS,
+                heartbeat_seconds=1,
+                retry={"max_attempts": 3, "initial_interval_seconds": 0.5},
+            )
+        ]
+    )
+    (first,) = http_target.wait_for(CUT, 1, timeout=90) or [None]
+    assert first is not None, pipe.logs()
+    proxy.set_mode("blackhole")
+    cut_at = time.monotonic()
+    run_id = first.headers["X-Duetime-Run-Id"]
+    assert first.headers["X-Duetime-Attempt"] == "1"
+
+    # The worker cannot hear the database: it cancels attempt 1's call by its own clock, within
+    # the lease (its local deadline is the lease minus a margin), and completes nothing.
+    def self_fenced() -> bool:
+        return any(
+            " lease.lost " in line and run_id in line and "attempt=1" in line
+            for line in pipe.log_text("worker").splitlines()
+        )
+
+    pipe.wait_until("the cut-off worker to fence itself", self_fenced, timeout=60)
+    fenced_in = time.monotonic() - cut_at
+    assert fenced_in < CUT_LEASE_SECONDS + 2, fenced_in  # its lease, plus the log's latency
+    # The reaper ends attempt 1 by the database clock, and only then is the cut healed.
+    pipe.wait_until(
+        "the reaper to expire attempt 1",
+        lambda: pipe.sql(
+            "SELECT 1 FROM run_attempts WHERE run_id = :r AND attempt = 1 "
+            "AND outcome = 'lease_expired'",
+            r=run_id,
+        ),
+        timeout=60,
+    )
+    proxy.set_mode("pass")
+    # The worker's statements that waited in the partition now arrive, late: none may win (its
+    # renewals match no lease). The run is retried (attempt 2) and succeeds.
+    pipe.wait_until(
+        "attempt 2 to succeed",
+        lambda: pipe.sql("SELECT 1 FROM runs WHERE run_id = :r AND state = 'succeeded'", r=run_id),
+        timeout=120,
+    )
+    (run,) = check_runs(pipe, [run_id])  # I2, I5, I3
+    assert run.attempt == 2
+    attempts = pipe.sql(
+        "SELECT attempt, outcome, lease_token FROM run_attempts WHERE run_id = :r ORDER BY attempt",
+        r=run_id,
+    )
+    assert [(a.attempt, a.outcome) for a in attempts] == [
+        (1, "lease_expired"),
+        (2, "succeeded"),
+    ]
+    # The cut-off worker completed nothing: no completion of attempt 1 reached the database.
+    assert not pipe.sql("SELECT 1 FROM run_fenced_completions WHERE run_id = :r", r=run_id)
+    keys = [r.headers["Idempotency-Key"] for r in http_target.matching(CUT)]
+    assert keys == [f"{run_id}:1", f"{run_id}:2"]
