@@ -176,6 +176,11 @@ def test_the_recorder_writes_in_chunks_publishes_results_and_releases_for_acking
     # (run, scheduled_for, attempt, released at, finished at, throttled ms)
     assert store.calls[0][0] == (runs[0].run_id, T0, 1, T0, T0 + S, 0)
     assert (recorder.recorded, recorder.already_handled) == (2, 1)
+    # The result records wait for the dispatcher to call for them (once releases pause).
+    assert producer.sent == [] and recorder.results_due == 2
+    assert asyncio.run(recorder.publish_results(1)) == 1
+    assert asyncio.run(recorder.publish_results(10)) == 1
+    assert recorder.results_due == 0
     results = [RUN_RESULTS.decode(value) for _, value, _ in producer.sent]
     assert [r.run_id for r in results] == [runs[0].run_id, runs[2].run_id]
     assert {(r.state, r.worker) for r in results} == {("succeeded", "dispatcher:host-1")}

@@ -80,6 +80,10 @@ def _utc_now() -> datetime:
 
 
 _MS = timedelta(milliseconds=1)
+# The fast path's result records go out once releases have paused this long, this many per
+# record round (recorder.EmittedRecorder.publish_results says why).
+_RESULTS_QUIET = timedelta(milliseconds=300)
+_RESULTS_PER_ROUND = 5000
 
 
 def _ms(value: timedelta) -> float:
@@ -144,6 +148,7 @@ class Dispatcher:
         self.emit_skipped = 0  # Kafka targets sent to runs.ready instead (refused, undecodable)
         self.throttle: Throttle[Any] = Throttle()
         self._next_grant = clock()
+        self._last_release = clock()
         self._reported_waiting = False
         self.app = faust.App(self.group_id, **faust_settings(settings, self.config, self.catalog))
         self.source = self.app.topic(
@@ -435,6 +440,8 @@ class Dispatcher:
                     retry_in_s=self.config.retry_interval.total_seconds(),
                 )
         self._ack(holding.ackable())
+        if releases:
+            self._last_release = self._clock()
         if lines:
             # How late the round started (the first release's due instant to taking it off the
             # wheel) and how long the broker took: the two parts of the lateness.
@@ -494,6 +501,8 @@ class Dispatcher:
                 next_limits = self._clock() + self.config.limits_interval
             if not await self.record_emitted():
                 await asyncio.sleep(retry)
+            if self._clock() - self._last_release >= _RESULTS_QUIET:
+                await self.recorder.publish_results(_RESULTS_PER_ROUND)
 
     async def probe_clock(self) -> None:
         """One clock sample straight from the database: ``clock_timestamp()``, then this host's
