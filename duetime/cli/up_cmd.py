@@ -96,6 +96,13 @@ def _run(args: argparse.Namespace) -> int:
                 _summary(sup, store)
     except _StopRequested:
         sup.say("duetime", "up.stopping")
+    except Exception as exc:
+        if not signals.received:
+            raise
+        # The stop signal sent to the process group also reached a helper the start was
+        # waiting on (``postgres --version``, initdb): the start failed because we are
+        # stopping, which is what was asked. Clean up as for any stop.
+        sup.say("duetime", f"up.stopping start_interrupted={type(exc).__name__}")
     finally:
         sup.stop_all()
         if store is not None:

@@ -44,7 +44,12 @@ def test_postgres_restarted_under_load_services_recover_and_nothing_is_lost_or_d
 ) -> None:
     with contextlib.ExitStack() as cleanup:
         pg = EmbeddedStack(
-            tmp_path / "pg", components=("postgres",), durable=False, die_with_owner=True
+            # Durable: a crash must not lose committed transactions (with synchronous_commit off
+            # a killed server forgets its last commits, and a claimed attempt runs twice).
+            tmp_path / "pg",
+            components=("postgres",),
+            durable=True,
+            die_with_owner=True,
         )
         cleanup.callback(pg.down)
         urls = pg.up()  # migrated
