@@ -9,12 +9,11 @@ import re
 from typing import Any
 
 from duetime.alerts import tenant_secret
-from duetime.config import load_settings
 from duetime.errors import ConfigError, InvalidInput
-from duetime.store import Store
 from duetime.store.alerts import alerts_list
 
 from ._output import print_json, print_table
+from ._store import cli_store
 
 _COLUMNS = ("alert_id", "kind", "subject", "tenant", "state", "attempts", "created_at", "summary")
 _STATES = ("pending", "delivered", "failed", "unrouted")
@@ -38,7 +37,7 @@ def register(sub: Any) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    store = Store(load_settings().require_database(), pool_size=1, application_name="duetime-cli")
+    store = cli_store()
     try:
         rows = [dict(r._mapping) for r in alerts_list(store, args.state, args.limit)]
     finally:

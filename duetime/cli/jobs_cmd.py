@@ -6,13 +6,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from duetime.config import load_settings
 from duetime.errors import InvalidInput, NotFound, QuotaExceeded
 from duetime.jobdef import load_job_file
-from duetime.store import Store
 from duetime.store.jobs import jobs_apply, jobs_set_paused
 
 from ._output import print_json, print_table
+from ._store import cli_store
 
 _LIST_COLUMNS = (
     "job_id",
@@ -51,7 +50,7 @@ def register(sub: Any) -> None:
 def _apply(args: argparse.Namespace) -> int:
     # Validate the whole file before touching the database: a bad job refuses the file.
     jobs = load_job_file(args.file)
-    store = Store(load_settings().require_database(), pool_size=1, application_name="duetime-cli")
+    store = cli_store()
     try:
         with store.tx() as tx:
             writes = jobs_apply(tx, jobs)
@@ -73,7 +72,7 @@ def _apply(args: argparse.Namespace) -> int:
 
 
 def _change(args: argparse.Namespace) -> int:
-    store = Store(load_settings().require_database(), pool_size=1, application_name="duetime-cli")
+    store = cli_store()
     try:
         with store.tx() as tx:
             if args.action == "delete":
@@ -89,7 +88,7 @@ def _change(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    store = Store(load_settings().require_database(), pool_size=1, application_name="duetime-cli")
+    store = cli_store()
     try:
         rows = [dict(r._mapping) for r in store.jobs_list(args.limit)]
     finally:

@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from duetime.config import load_settings
-from duetime.store import Store
-
 from ._output import print_json, print_table
+from ._store import cli_store
 
 _COLUMNS = (
     "run_id",
@@ -33,7 +31,7 @@ def register(sub: Any) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    store = Store(load_settings().require_database(), pool_size=1, application_name="duetime-cli")
+    store = cli_store()
     try:
         rows = [dict(r._mapping) for r in store.runs_list(args.job, args.limit)]
     finally:

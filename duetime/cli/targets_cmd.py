@@ -12,12 +12,12 @@ import math
 import re
 from typing import Any
 
-from duetime.config import load_settings
 from duetime.errors import InvalidInput, NotFound
 from duetime.flow import DEFAULT_TARGET
-from duetime.store import Store, flow
+from duetime.store import flow
 
 from ._output import print_json, print_table
+from ._store import cli_store
 
 # An explicit target_service, a URL host or kafka:<topic>; '*' names the default and
 # '@catch-up' the drain of missed runs.
@@ -54,10 +54,6 @@ def _name(value: str) -> str:
     return value
 
 
-def _store() -> Store:
-    return Store(load_settings().require_database(), pool_size=1, application_name="duetime-cli")
-
-
 def _set(args: argparse.Namespace) -> int:
     name = _name(args.name)
     if args.rate is None and args.burst is None and args.max_in_flight is None:
@@ -68,7 +64,7 @@ def _set(args: argparse.Namespace) -> int:
         raise InvalidInput("--burst", "must be a whole number from 1 to 1000000")
     if args.max_in_flight is not None and not 1 <= args.max_in_flight <= 1_000_000:
         raise InvalidInput("--max-in-flight", "must be a whole number from 1 to 1000000")
-    store = _store()
+    store = cli_store()
     try:
         with store.tx() as tx:
             limit = flow.set_limits(
@@ -93,7 +89,7 @@ def _show(value: float | int | None) -> str:
 
 def _unset(args: argparse.Namespace) -> int:
     name = _name(args.name)
-    store = _store()
+    store = cli_store()
     try:
         with store.tx() as tx:
             removed = flow.unset_limits(tx.conn, name)
@@ -107,7 +103,7 @@ def _unset(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    store = _store()
+    store = cli_store()
     try:
         with store.tx() as tx:
             rows = flow.overview(tx.conn)

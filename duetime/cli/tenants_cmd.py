@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from duetime.config import load_settings
 from duetime.errors import InvalidInput
 from duetime.jobdef import TENANT_PATTERN
-from duetime.store import Store, tenants
+from duetime.store import tenants
 
 from ._output import print_json, print_table
+from ._store import cli_store
 
 _COLUMNS = ("tenant", "weight", "max_jobs", "jobs")
 _MAX_WEIGHT = 1000  # tenants.fairness_weight CHECK
@@ -66,7 +66,7 @@ def _set(args: argparse.Namespace) -> int:
     max_jobs = None
     if args.max_jobs is not None and not remove:
         max_jobs = _whole("--max-jobs", args.max_jobs, _MAX_JOBS, ", or none to remove the quota")
-    store = _store()
+    store = cli_store()
     try:
         with store.tx() as tx:
             row = tenants.set_tenant(
@@ -84,12 +84,8 @@ def _set(args: argparse.Namespace) -> int:
     return 0
 
 
-def _store() -> Store:
-    return Store(load_settings().require_database(), pool_size=1, application_name="duetime-cli")
-
-
 def _list(args: argparse.Namespace) -> int:
-    store = _store()
+    store = cli_store()
     try:
         with store.tx() as tx:
             rows = tenants.overview(tx.conn)
