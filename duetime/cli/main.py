@@ -26,6 +26,7 @@ _COMMAND_MODULES = (
     "duetime.cli.targets_cmd",
     "duetime.cli.tenants_cmd",
     "duetime.cli.alerts_cmd",
+    "duetime.cli.tokens_cmd",
     "duetime.cli.service_cmd",
     "duetime.cli.up_cmd",
 )

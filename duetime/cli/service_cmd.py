@@ -28,8 +28,10 @@ def available_services() -> dict[str, Any]:
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("service", help="run one service (planner, dispatcher, worker, reaper)")
-    parser.add_argument("name", help="planner | dispatcher | worker | reaper")
+    parser = sub.add_parser(
+        "service", help="run one service (planner, dispatcher, worker, reaper, api)"
+    )
+    parser.add_argument("name", help="planner | dispatcher | worker | reaper | api")
     parser.add_argument("service_args", nargs=argparse.REMAINDER, help="options of the service")
     parser.set_defaults(func=_run)
 

@@ -61,6 +61,21 @@ ALTER TABLE public.alerts ALTER COLUMN alert_id ADD GENERATED ALWAYS AS IDENTITY
     CACHE 1
 );
 
+CREATE TABLE public.api_tokens (
+    token_id text NOT NULL,
+    tenant text,
+    admin boolean DEFAULT false NOT NULL,
+    token_sha256 bytea NOT NULL,
+    name text DEFAULT ''::text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    revoked_at timestamp with time zone,
+    CONSTRAINT api_tokens_name_check CHECK ((length(name) <= 200)),
+    CONSTRAINT api_tokens_scope CHECK ((admin = (tenant IS NULL))),
+    CONSTRAINT api_tokens_tenant_check CHECK ((tenant ~ '^[a-z0-9][a-z0-9_-]{0,62}$'::text)),
+    CONSTRAINT api_tokens_token_id_check CHECK ((token_id ~ '^[a-z0-9]{12}$'::text)),
+    CONSTRAINT api_tokens_token_sha256_check CHECK ((length(token_sha256) = 32))
+);
+
 CREATE TABLE public.jobs (
     job_id text NOT NULL,
     tenant text DEFAULT 'default'::text NOT NULL,
@@ -227,6 +242,9 @@ ALTER TABLE ONLY public.alerts
 
 ALTER TABLE ONLY public.alerts
     ADD CONSTRAINT alerts_pkey PRIMARY KEY (alert_id);
+
+ALTER TABLE ONLY public.api_tokens
+    ADD CONSTRAINT api_tokens_pkey PRIMARY KEY (token_id);
 
 ALTER TABLE ONLY public.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (job_id);

@@ -1,0 +1,3 @@
+from duetime_api.service import main
+
+raise SystemExit(main())

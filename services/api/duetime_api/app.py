@@ -1,0 +1,62 @@
+"""The REST API as an ASGI application: ``create_app(store, settings)``.
+
+Endpoints are plain functions (FastAPI runs them on its thread pool), each one short
+transaction through the store. ``/openapi.json`` describes them; ``/healthz`` needs no token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from duetime.config import Settings
+from duetime.store import Store
+
+from . import jobs, runs, stats
+from .auth import Caller
+from .errors import install_error_handlers
+from .models import WhoAmIOut
+from .stats import LagProbes
+
+__all__ = ["create_app"]
+
+
+def create_app(store: Store, settings: Settings) -> FastAPI:
+    """The application; ``store`` and the lag probes live as long as it does."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            app.state.lag_probes.close()
+
+    app = FastAPI(
+        title="duetime",
+        version="1",
+        summary="A distributed job scheduler: jobs, runs and the load ahead.",
+        description="Every /v1 endpoint needs `Authorization: Bearer <token>` (docs/api.md).",
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.store = store
+    app.state.lag_probes = LagProbes(settings)
+    install_error_handlers(app)
+    app.include_router(jobs.router)
+    app.include_router(runs.router)
+    app.include_router(stats.router)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, str]:
+        """The process is up (no token needed, nothing looked up)."""
+        return {"status": "ok"}
+
+    @app.get("/v1/whoami", tags=["auth"])
+    def whoami(caller: Caller) -> WhoAmIOut:
+        """The token's id and scope."""
+        return WhoAmIOut(token_id=caller.token_id, tenant=caller.tenant, admin=caller.admin)
+
+    return app
