@@ -37,30 +37,32 @@ class ConsumerLagProbe:
         self._settings = settings
         self._consumer: Consumer | None = None
 
-    def measure(self) -> ConsumerLag:
-        """The group's lag now; ``BusError`` if the broker cannot tell within the timeout."""
+    def measure(self, topic: str | None = None) -> ConsumerLag:
+        """The group's lag now on its topic (or on ``topic``, with the same client); ``BusError``
+        if the broker cannot tell within the timeout."""
+        topic = topic or self.topic
         try:
-            return self._measure()
+            return self._measure(topic)
         except KafkaException as exc:
             self.close()  # a fresh client next time
-            where = f"{self.group} on {self.topic}"
+            where = f"{self.group} on {topic}"
             raise BusError(f"cannot measure the lag of {where}: {exc}") from exc
 
-    def _measure(self) -> ConsumerLag:
+    def _measure(self, topic: str) -> ConsumerLag:
         if self._consumer is None:
             self._consumer = Consumer(
                 consumer_config(self._settings, self.group, **{"enable.auto.commit": False})
             )
         consumer = self._consumer
-        metadata = consumer.list_topics(self.topic, timeout=self.timeout).topics.get(self.topic)
+        metadata = consumer.list_topics(topic, timeout=self.timeout).topics.get(topic)
         if metadata is None or metadata.error is not None or not metadata.partitions:
-            raise BusError(f"topic {self.topic} is not there")
-        wanted = [TopicPartition(self.topic, p) for p in sorted(metadata.partitions)]
+            raise BusError(f"topic {topic} is not there")
+        wanted = [TopicPartition(topic, p) for p in sorted(metadata.partitions)]
         committed = consumer.committed(wanted, timeout=self.timeout)
         lag: dict[int, int] = {}
         for tp in committed:
             low, high = consumer.get_watermark_offsets(
-                TopicPartition(self.topic, tp.partition), timeout=self.timeout, cached=False
+                TopicPartition(topic, tp.partition), timeout=self.timeout, cached=False
             )
             start = tp.offset if tp.offset >= 0 else low
             lag[tp.partition] = max(0, high - start)

@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from duetime.config import default_data_dir
+from duetime.metrics import METRICS_HOST_ENV, METRICS_PORT_ENV
 from duetime.store import Store
 from duetime.store.jobs import jobs_apply
 from duetime_infra import EmbeddedStack, StackUrls
+from duetime_infra.ports import LOOPBACK, port_is_free
 from duetime_infra.processes import child_record
 
 from .demo import DemoTarget, demo_jobs
@@ -30,6 +32,10 @@ from .supervisor import STOP_GRACE, Supervisor
 from .up_record import UpClaim, UpRecord, stop_services
 
 SERVICES = ("planner", "dispatcher", "worker", "reaper")
+# The services that serve /metrics (docs/metrics.md), each process on a port of its own.
+METRICS_SERVICES = ("planner", "dispatcher", "worker", "reaper")
+METRICS_BASE_ENV = "DUETIME_METRICS_PORT_BASE"
+DEFAULT_METRICS_BASE = 9470
 # How often the main loop looks for a stop request and for services that died.
 _POLL_INTERVAL = 0.2
 
@@ -52,6 +58,13 @@ def register(sub: Any) -> None:
         type=int,
         default=None,
         help="dispatcher processes sharing the due topics (env DUETIME_DISPATCHERS, default 1)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="first port of the services' /metrics endpoints, one port each from there "
+        f"(env {METRICS_BASE_ENV}, default {DEFAULT_METRICS_BASE}; 0 turns them off)",
     )
     parser.set_defaults(func=_run)
 
@@ -142,11 +155,15 @@ def _start_services(
         "planner": _count(args.planners, "DUETIME_PLANNERS"),
         "dispatcher": _count(args.dispatchers, "DUETIME_DISPATCHERS"),
     }
+    ports = _MetricsPorts(args.metrics_port)
     for name in SERVICES:
         for instance in range(counts.get(name, 1)):
             label = name if instance == 0 else f"{name}-{instance}"
             extra = ["--instance", str(instance)] if name == "dispatcher" else []
-            sup.add(label, [*command, name, *extra], env)
+            metrics = ports.env_for(label) if name in METRICS_SERVICES else {}
+            sup.add(label, [*command, name, *extra], {**env, **metrics})
+    for label, url in ports.urls.items():
+        sup.say("duetime", f"metrics.url name={label} url={url}")
     sup.start_all()
     store = Store(urls.database_url, pool_size=1, application_name="duetime-up")
     if demo is not None:
@@ -155,6 +172,27 @@ def _start_services(
         for w in writes:
             sup.say("duetime", f"demo.job_applied job_id={w.job_id} action={w.action}")
     return demo, store
+
+
+class _MetricsPorts:
+    """One ``/metrics`` port per service process, counting up from the base and skipping ports
+    in use, so several dispatchers or planners never collide; the base 0 turns them off."""
+
+    def __init__(self, requested: int | None) -> None:
+        if requested is None:
+            raw = os.environ.get(METRICS_BASE_ENV, "")
+            requested = int(raw) if raw.isdigit() else DEFAULT_METRICS_BASE
+        self._next = requested
+        self.urls: dict[str, str] = {}
+
+    def env_for(self, label: str) -> dict[str, str]:
+        if not self._next:
+            return {METRICS_PORT_ENV: "0"}
+        while not port_is_free(self._next) and self._next < 65535:
+            self._next += 1
+        port, self._next = self._next, self._next + 1
+        self.urls[label] = f"http://{LOOPBACK}:{port}/metrics"
+        return {METRICS_PORT_ENV: str(port), METRICS_HOST_ENV: LOOPBACK}
 
 
 class _StopRequested(Exception):

@@ -49,15 +49,18 @@ class Pipeline:
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.store = Store(database_url, pool_size=2, application_name="duetime-test")
 
-    def start(self, name: str, *, instance: str | None = None) -> subprocess.Popen[bytes]:
-        """Start service ``name``; ``instance`` names a second copy (its key and log file)."""
+    def start(
+        self, name: str, *, instance: str | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start service ``name``; ``instance`` names a second copy (its key and log file);
+        ``env`` adds variables for this service alone (its metrics port)."""
         key = instance or name
         log = (self.log_dir / f"{key}.log").open("ab")
         # Supervised by the test process as duetime up supervises them: they stop when it dies,
         # so a test session that is killed leaves no service behind.
         process = subprocess.Popen(
             [sys.executable, "-m", "duetime.cli.main", "service", name, *SERVICE_ARGS[name]],
-            env={**self.env, SUPERVISOR_PID_ENV: str(os.getpid())},
+            env={**self.env, **(env or {}), SUPERVISOR_PID_ENV: str(os.getpid())},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

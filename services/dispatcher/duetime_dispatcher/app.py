@@ -42,6 +42,7 @@ from typing import Any
 
 import faust
 from confluent_kafka import Producer
+from prometheus_client import CollectorRegistry
 
 from duetime.bus.kafka import producer_config
 from duetime.bus.run_headers import epoch_ms
@@ -56,6 +57,7 @@ from .clock_offset import ClockOffset
 from .config import DispatcherConfig, faust_settings
 from .fast_path import plan_emission
 from .holding import Holding, Outcome, Release, Source
+from .metrics import lateness_histogram
 from .publisher import ReadyPublisher
 from .recorder import DispatcherStore, EmittedRecorder
 from .routing import Routed, route_record
@@ -100,6 +102,8 @@ class Dispatcher:
             offset from the database clock.
         store: where the Kafka fast path records its successes; by default a ``Store`` on
             ``settings.database_url`` (required).
+        registry: where the lateness histogram is registered (the service passes the process's
+            registry; by default it is kept unregistered, for tests and embedding).
     """
 
     def __init__(
@@ -109,12 +113,14 @@ class Dispatcher:
         *,
         clock: Clock = _utc_now,
         store: DispatcherStore | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.settings = settings
         self.config = config or DispatcherConfig()
         self.catalog = TopicCatalog(settings.topic_prefix)
         self.group_id = f"{settings.topic_prefix}dispatcher"
         self._clock = clock
+        self.lateness = lateness_histogram(registry)
         config = self.config
         self.clock_offset = ClockOffset(
             window=config.clock_window, threshold=config.clock_threshold, warn_at=config.clock_warn
@@ -302,6 +308,11 @@ class Dispatcher:
             max_held=self.gate.max_held,
             resume_below=self.gate.resume_below,
         )
+
+    @property
+    def intake_paused(self) -> bool:
+        """Whether the intake is paused at the held cap (the gate)."""
+        return self._paused
 
     def _held(self) -> int:
         """Runs in memory: on the wheel, and due but waiting for a throttled target's grant."""
@@ -538,6 +549,7 @@ class Dispatcher:
     ) -> None:
         """One INFO line per release round; the per-run lines only at DEBUG."""
         lateness = [lateness_ms for _, lateness_ms in lines]
+        self.lateness.observe_many(lateness, scale=1000.0)  # one sort per round, not per run
         log_event(
             log,
             "runs.released",

@@ -23,15 +23,18 @@ from datetime import timedelta
 from typing import Any
 
 import faust
+from prometheus_client import REGISTRY
 
 from duetime.bus.kafka import create_topics
 from duetime.config import load_settings
 from duetime.errors import DuetimeError
 from duetime.lifetime import exit_after
 from duetime.logs import configure_logging, event
+from duetime.metrics import serve_metrics
 
 from .app import Dispatcher
 from .config import DispatcherConfig
+from .metrics import DispatcherCollector
 
 __all__ = ["main"]
 
@@ -111,7 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         create_topics(settings)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        dispatcher = Dispatcher(settings, config)
+        dispatcher = Dispatcher(settings, config, registry=REGISTRY)
+        REGISTRY.register(DispatcherCollector(dispatcher))
+        serve_metrics("dispatcher", os.environ)
     except DuetimeError as exc:
         event(log, "dispatcher.failed", logging.ERROR, reason=str(exc))
         return 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import threading
 from collections.abc import Sequence
@@ -16,10 +17,12 @@ from duetime.bus.topics import TopicCatalog
 from duetime.config import load_settings
 from duetime.errors import DuetimeError
 from duetime.logs import configure_logging, event
+from duetime.metrics import serve_metrics
 from duetime.store import Store
 
 from .config import PlannerConfig
 from .ingest import JobIngest
+from .metrics import PlannerMetrics
 from .planner import Planner
 
 __all__ = ["main"]
@@ -62,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
 
     catalog = TopicCatalog(settings.topic_prefix)
+    metrics = PlannerMetrics()
+    endpoint = serve_metrics("planner", os.environ)
     create_topics(settings)
     store = Store(settings.require_database(), application_name="duetime-planner")
     producer = make_producer(settings)
@@ -79,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     last_partition_day = today
                 ingested = ingest.run_once(timeout=0.0)
                 stats = planner.run_once()
+                metrics.record_round(stats, ingested)
             except DuetimeError as exc:
                 # Postgres or the broker is away: keep the process alive and try again.
                 event(log, "planner.round_failed", logging.ERROR, error=exc)
@@ -92,4 +98,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         consumer.close()
         producer.flush(5)
         store.close()
+        if endpoint is not None:
+            endpoint.close()
     return 0

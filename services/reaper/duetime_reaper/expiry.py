@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -75,9 +75,17 @@ def expiry_for(lease: ExpiredLease) -> LeaseExpiry:
 class LeaseExpirer:
     """The reaper's expiry statements (``duetime/store/sql/reaper.sql``)."""
 
-    def __init__(self, store: Store, *, batch_size: int) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        batch_size: int,
+        on_expired: Callable[[ExpiryCounts, str], None] | None = None,
+    ) -> None:
+        """``on_expired(counts, source)`` is told each batch's counts (the metrics)."""
         self.store = store
         self.batch_size = batch_size
+        self._on_expired = on_expired
 
     def scan(self) -> ExpiryCounts:
         """End one batch of whatever the database finds expired (the safety net)."""
@@ -122,4 +130,7 @@ class LeaseExpirer:
                 source=source,
             )
         retried = sum(1 for e in ended if e.state == "scheduled")
-        return ExpiryCounts(expired=len(ended), retried=retried, dead=len(ended) - retried)
+        counts = ExpiryCounts(expired=len(ended), retried=retried, dead=len(ended) - retried)
+        if self._on_expired is not None and ended:
+            self._on_expired(counts, source)
+        return counts

@@ -15,6 +15,7 @@ ends them all (``expiry``), never a statement per run.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from confluent_kafka import Producer
@@ -46,12 +47,15 @@ class Reaper:
         producer: Producer,
         catalog: TopicCatalog,
         config: ReaperConfig | None = None,
+        on_expired: Callable[[ExpiryCounts, str], None] | None = None,
     ) -> None:
         self.store = store
         self.producer = producer
         self.catalog = catalog
         self.config = config or ReaperConfig()
-        self.expirer = LeaseExpirer(store, batch_size=self.config.batch_size)
+        self.expirer = LeaseExpirer(
+            store, batch_size=self.config.batch_size, on_expired=on_expired
+        )
         self.dead_runs = DeadRunPublisher(
             store,
             producer,

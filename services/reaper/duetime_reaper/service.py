@@ -25,11 +25,13 @@ from duetime.config import load_settings
 from duetime.errors import DuetimeError
 from duetime.lifetime import exit_after
 from duetime.logs import configure_logging, event
+from duetime.metrics import serve_metrics
 from duetime.store import Store
 
 from .alert_config import AlertConfig
 from .alerting import make_alerting
 from .config import ReaperConfig, parse_seconds
+from .metrics import PipelineSampler, ReaperMetrics
 from .reaper import Reaper
 from .stream import make_lease_stream
 
@@ -62,15 +64,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    metrics = ReaperMetrics()
+    endpoint = serve_metrics("reaper", os.environ)
     create_topics(settings)
     store = Store(settings.require_database(), application_name="duetime-reaper")
     producer = make_producer(settings)
-    reaper = Reaper(store, producer, TopicCatalog(settings.topic_prefix), config)
+    catalog = TopicCatalog(settings.topic_prefix)
+    reaper = Reaper(store, producer, catalog, config, on_expired=metrics.count_expired)
     # Deliveries and condition checks on their own thread: a hung webhook never delays reaping.
     alerting = make_alerting(settings, store, alert_config)
     alerting.start()
-    stream = make_lease_stream(settings, store, config)
+    stream = make_lease_stream(settings, store, config, on_expired=metrics.count_expired)
     stream.start()
+    sampler = PipelineSampler(settings, store, metrics)
+    sampler.start()
     event(log, "reaper.started", scan_interval_s=config.scan_interval.total_seconds())
     scan_at = time.monotonic() + config.scan_interval.total_seconds()
     try:
@@ -83,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     level = logging.INFO if scanned.expired else logging.DEBUG
                     event(log, "reaper.scanned", level, expired=scanned.expired)
                 published = reaper.publish_dead()
+                metrics.count_dead_published(published)
             except DuetimeError as exc:
                 event(log, "reaper.round_failed", logging.ERROR, error=exc)
                 stop.wait(2.0)
@@ -95,7 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the 10 s duetime up grants a service before SIGKILL, then the process ends anyway.
         exit_after(8.0, "reaper")
         stream.stop(3.0)
+        sampler.stop()
         alerting.stop()
         producer.flush(5)
         store.close()
+        if endpoint is not None:
+            endpoint.close()
     return 0

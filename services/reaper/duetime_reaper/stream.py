@@ -42,7 +42,7 @@ from duetime.logs import event
 from duetime.store import Store
 
 from .config import ReaperConfig
-from .expiry import LeaseExpirer
+from .expiry import ExpiryCounts, LeaseExpirer
 from .lease_book import LeaseBook, Partition
 from .watcher import DbClock, LeaseWatcher, WatchStats
 
@@ -257,7 +257,12 @@ def _names(partitions: list[TopicPartition]) -> str:
     return ",".join(f"{tp.topic}[{tp.partition}]" for tp in partitions) or "-"
 
 
-def make_lease_stream(settings: Settings, store: Store, config: ReaperConfig) -> LeaseStream:
+def make_lease_stream(
+    settings: Settings,
+    store: Store,
+    config: ReaperConfig,
+    on_expired: Callable[[ExpiryCounts, str], None] | None = None,
+) -> LeaseStream:
     """The reaper's stream on the group ``<prefix>reaper``, judging leases through ``store``."""
     catalog = TopicCatalog(settings.topic_prefix)
     clock = DbClock()
@@ -273,7 +278,9 @@ def make_lease_stream(settings: Settings, store: Store, config: ReaperConfig) ->
         ended_memory=config.ended_memory,
     )
     watcher = LeaseWatcher(
-        book, LeaseExpirer(store, batch_size=config.batch_size), batch_size=config.batch_size
+        book,
+        LeaseExpirer(store, batch_size=config.batch_size, on_expired=on_expired),
+        batch_size=config.batch_size,
     )
     consumer = Consumer(consumer_config(settings, catalog.reaper_group, **reaper_consumer_config()))
     return LeaseStream(consumer, catalog, watcher, clock, read_db_clock, config)

@@ -53,6 +53,7 @@ from .blocking import BlockingCalls
 from .config import WorkerConfig
 from .decision import Completion, decide, hand_back
 from .logs import event
+from .metrics import WorkerMetrics
 from .outcome import AttemptOutcome, retryable
 from .ports import RunEvents, RunStore, TargetExecutor
 from .renewer import HeldLease, LeaseRenewer
@@ -128,6 +129,7 @@ class AttemptRunner:
         monotonic: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = _utc_now,
         backoff: Callable[[RunEvent, int], timedelta] = default_backoff,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self._config = config
         self._store = store
@@ -142,15 +144,24 @@ class AttemptRunner:
         self._handing_back: asyncio.Future[None] | None = None
         worker = config.worker_id
         timeout = config.db_call_timeout.total_seconds()
+
+        def claim(requests: Sequence[ClaimRequest]) -> list[Claim | None]:
+            claims = store.runs_claim_batch(worker, requests)
+            if metrics is not None:
+                metrics.count_claims(len(claims))  # per statement, never per run
+            return _claim_results(claims, requests)
+
+        def complete(ends: Sequence[AttemptEnd]) -> list[bool]:
+            accepted = store.runs_complete_batch(worker, ends)
+            if metrics is not None:
+                metrics.count_ends(ends, accepted)
+            return _end_results(accepted, ends)
+
         self.claims: StatementBatcher[ClaimRequest, Claim | None] = StatementBatcher(
-            lambda requests: _claim_results(store.runs_claim_batch(worker, requests), requests),
-            calls,
-            timeout=timeout,
+            claim, calls, timeout=timeout
         )
         self.completions: StatementBatcher[AttemptEnd, bool] = StatementBatcher(
-            lambda ends: _end_results(store.runs_complete_batch(worker, ends), ends),
-            calls,
-            timeout=timeout,
+            complete, calls, timeout=timeout
         )
         self.leases = LeaseRenewer(
             store=store, events=events, calls=calls, worker=worker, monotonic=monotonic, now=now

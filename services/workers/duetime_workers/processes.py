@@ -11,6 +11,11 @@ core. The supervisor only starts them, restarts one that dies (after a pause tha
   the same request, so only a deliberate second signal cuts the grace short.
 - Each worker process asks the kernel to send it SIGTERM when the supervisor dies
   (``PR_SET_PDEATHSIG`` on Linux), so a SIGKILLed supervisor leaves no worker behind.
+- ``/metrics`` (when ``DUETIME_METRICS_PORT`` is set) is served by the supervisor alone: the
+  worker processes write their counters to files in a private directory
+  (``PROMETHEUS_MULTIPROC_DIR``, prometheus-client's multiprocess mode) and the supervisor
+  merges them on each scrape, so one URL covers the service and counts survive a worker
+  process's restart.
 """
 
 from __future__ import annotations
@@ -18,13 +23,19 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 
+from prometheus_client import CollectorRegistry
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+
 from duetime.errors import ConfigError
+from duetime.metrics import METRICS_PORT_ENV, MetricsEndpoint, metrics_address, serve_metrics
 
 from .logs import event
 
@@ -96,6 +107,23 @@ class _Supervisor:
         self.restart_at: dict[int, float] = {}
         self.pause: dict[int, float] = {}
         self.failed = False
+        self.metrics_dir: str | None = None
+        self.endpoint: MetricsEndpoint | None = None
+
+    def serve_metrics(self) -> None:
+        """Serve the worker processes' merged metrics, if a port is configured."""
+        if metrics_address(self.env) is None:
+            return
+        self.metrics_dir = tempfile.mkdtemp(prefix="duetime-worker-metrics-")
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=self.metrics_dir)  # type: ignore[no-untyped-call]
+        self.endpoint = serve_metrics("worker", self.env, registry)
+
+    def close_metrics(self) -> None:
+        if self.endpoint is not None:
+            self.endpoint.close()
+        if self.metrics_dir is not None:
+            shutil.rmtree(self.metrics_dir, ignore_errors=True)
 
     def start(self, index: int) -> None:
         env = {
@@ -104,6 +132,9 @@ class _Supervisor:
             "DUETIME_WORKER_ID": f"{self.base_id}-{index}",
             "DUETIME_WORKER_PROCESSES": "1",
         }
+        env.pop(METRICS_PORT_ENV, None)  # the supervisor serves them all
+        if self.metrics_dir is not None:
+            env["PROMETHEUS_MULTIPROC_DIR"] = self.metrics_dir
         self.children[index] = subprocess.Popen(
             [sys.executable, "-m", "duetime_workers", *self.argv], env=env
         )
@@ -127,6 +158,9 @@ class _Supervisor:
                 "worker.process_exited", index=index, pid=child.pid, code=code, restart_in_s=pause
             )
             self.failed = self.failed or code != 0
+            if self.metrics_dir is not None:
+                # Its in-flight gauge goes with it; its counters stay.
+                mark_process_dead(child.pid, self.metrics_dir)  # type: ignore[no-untyped-call]
             self.restart_at[index] = now + pause
             self.pause[index] = min(pause * 2, _RESTART_MAX)
         for index, at in list(self.restart_at.items()):
@@ -152,13 +186,17 @@ def supervise(count: int, base_id: str, argv: list[str], env: Mapping[str, str])
     sup = _Supervisor(count, base_id, argv, env)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, sup.on_signal)
+    sup.serve_metrics()
     event("worker.supervisor_started", processes=count, worker_id=base_id)
-    for index in range(count):
-        sup.start(index)
-    while not sup.stopping:
-        time.sleep(0.2)
-        if not sup.stopping:
-            sup.watch()
-    code = sup.wait_all()
+    try:
+        for index in range(count):
+            sup.start(index)
+        while not sup.stopping:
+            time.sleep(0.2)
+            if not sup.stopping:
+                sup.watch()
+        code = sup.wait_all()
+    finally:
+        sup.close_metrics()
     event("worker.supervisor_stopped", code=code)
     return code

@@ -21,9 +21,11 @@ from pathlib import Path
 
 from duetime.config import load_settings
 from duetime.errors import ConfigError, DuetimeError
+from duetime.metrics import serve_metrics
 
 from .config import WorkerConfig
 from .logs import configure_logging, event
+from .metrics import WorkerMetrics
 from .processes import child_argv, die_with_parent, process_count, supervise
 from .secret_store import check_secrets_dir
 from .worker import WorkerService
@@ -108,8 +110,16 @@ def main(argv: list[str] | None = None) -> int:
     if count > 1:
         return supervise(count, config.worker_id, child_argv(argv), os.environ)
     die_with_parent()
+    endpoint = None
     try:
-        return asyncio.run(WorkerService(settings, config).run())
+        metrics = WorkerMetrics()
+        # A worker process under ``supervise`` gets no port: its supervisor serves the merged
+        # counters of all of them.
+        endpoint = serve_metrics("worker", os.environ)
+        return asyncio.run(WorkerService(settings, config, metrics).run())
     except DuetimeError as exc:
         event("worker.failed", logging.ERROR, error=str(exc))
         return 1
+    finally:
+        if endpoint is not None:
+            endpoint.close()

@@ -46,6 +46,7 @@ from .consumer import Fetched, ReadyConsumer, Slots
 from .http_target import HttpExecutor
 from .kafka_target import KafkaExecutor
 from .logs import event
+from .metrics import WorkerMetrics
 from .offsets import OffsetTracker
 from .producer import AsyncProducer
 from .secret_store import SecretStore
@@ -58,15 +59,19 @@ _CANCEL_WAIT = 5.0
 _FLUSH_TIMEOUT = 5.0
 _DB_POOL = 8
 _STATS_INTERVAL = 10.0
+_GAUGE_INTERVAL = 1.0
 _REPEAT_WINDOW = 1.0
 
 
 class WorkerService:
     """One worker process. ``await run()`` until stopped; returns the exit code."""
 
-    def __init__(self, settings: Settings, config: WorkerConfig) -> None:
+    def __init__(
+        self, settings: Settings, config: WorkerConfig, metrics: WorkerMetrics | None = None
+    ) -> None:
         self.settings = settings
         self.config = config
+        self.metrics = metrics
         self.catalog = TopicCatalog(settings.topic_prefix)
         self.group_id = f"{settings.topic_prefix}{config.group_id}"
         self.stats: Counter[str] = Counter()  # attempt statuses, for tests and the stop line
@@ -135,6 +140,7 @@ class WorkerService:
             ),
             calls=calls,
             stopping=self._stop,
+            metrics=self.metrics,
         )
         consumer = ReadyConsumer(
             Consumer(consumer_config(self.settings, self.group_id)),
@@ -159,12 +165,14 @@ class WorkerService:
         )
         runner.start()
         stats = asyncio.create_task(self._log_stats(runner))
+        gauge = asyncio.create_task(self._sample_in_flight())
         thread.start()
         try:
             await self._stop.wait()
             await self._shutdown(consumer, runner)
         finally:
             stats.cancel()
+            gauge.cancel()
             await runner.stop()
             consumer.stop_fetching.set()
             consumer.drained.set()
@@ -235,6 +243,14 @@ class WorkerService:
             )
             self._tasks.add(task)
             task.add_done_callback(functools.partial(self._finished, fetched=fetched))
+
+    async def _sample_in_flight(self) -> None:
+        """The in-flight gauge, set every ``_GAUGE_INTERVAL`` (not as each attempt starts)."""
+        if self.metrics is None:
+            return
+        while True:
+            self.metrics.in_flight.set(len(self._tasks))
+            await asyncio.sleep(_GAUGE_INTERVAL)
 
     async def _log_stats(self, runner: AttemptRunner) -> None:
         """One ``worker.stats`` line per interval with what happened since the last one."""

@@ -1,0 +1,55 @@
+"""The planner's Prometheus metrics (docs/metrics.md), counted once per round from its stats."""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter
+
+from .ingest import IngestStats
+from .planner import PlanStats
+
+__all__ = ["PlannerMetrics"]
+
+# PlanStats field -> (metric, help).
+_ROUND_COUNTERS = {
+    "jobs_planned": ("duetime_jobs_planned", "Due jobs the planner planned"),
+    "runs_created": ("duetime_runs_planned", "Run records created (one per occurrence)"),
+    "runs_published": (
+        "duetime_runs_published",
+        "Runs the outbox published to a due topic and the broker acknowledged",
+    ),
+    "publish_failures": (
+        "duetime_runs_publish_failures",
+        "Run records the broker did not acknowledge (published again later)",
+    ),
+    "runs_swept": (
+        "duetime_runs_swept",
+        "Published runs the sweeper found unclaimed and made publishable again",
+    ),
+}
+
+
+class PlannerMetrics:
+    """Counters fed by each round's ``PlanStats`` and ``IngestStats`` (never per run)."""
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self._round = {
+            field: Counter(name, text, registry=registry)
+            for field, (name, text) in _ROUND_COUNTERS.items()
+        }
+        self.jobs_ingested = Counter(
+            "duetime_jobs_ingested",
+            "Job definition records read from the jobs topic, by result",
+            ["result"],
+            registry=registry,
+        )
+        for result in ("accepted", "rejected"):
+            self.jobs_ingested.labels(result)
+
+    def record_round(self, stats: PlanStats, ingested: IngestStats) -> None:
+        for field, counter in self._round.items():
+            value = getattr(stats, field)
+            if value:
+                counter.inc(value)
+        for result, value in (("accepted", ingested.accepted), ("rejected", ingested.rejected)):
+            if value:
+                self.jobs_ingested.labels(result).inc(value)

@@ -1,0 +1,77 @@
+"""The worker's Prometheus metrics (docs/metrics.md), counted per claim and completion statement.
+
+The counts come from the batch statements' results (``count_claims``, ``count_ends``), once per
+statement, never once per run. With several worker processes the supervisor serves the merged
+counters (prometheus-client multiprocess mode, ``processes``): the in-flight gauge is summed over
+the live processes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter as Tally
+from collections.abc import Collection, Sequence
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
+
+from duetime.store import AttemptEnd
+
+__all__ = ["WorkerMetrics"]
+
+HANDED_BACK = "handed_back"
+FENCED = "fenced"
+
+
+# What a completion counts as -> (metric, help).
+_END_COUNTERS = {
+    "succeeded": ("duetime_runs_succeeded", "Attempts that succeeded, completion accepted"),
+    "scheduled": (
+        "duetime_runs_retried",
+        "Failed attempts whose run is scheduled again after its backoff",
+    ),
+    "dead": ("duetime_runs_dead", "Runs that went dead (final failure or last attempt)"),
+    HANDED_BACK: (
+        "duetime_runs_handed_back",
+        "Attempts handed back at a worker's stop (their runs due again at once)",
+    ),
+    FENCED: (
+        "duetime_completions_fenced",
+        "Completions the database rejected: the attempt's lease token no longer held",
+    ),
+}
+
+
+class WorkerMetrics:
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.started = Counter(
+            "duetime_runs_started", "Attempts claimed (leased) by a worker", registry=registry
+        )
+        self._ends = {
+            key: Counter(name, text, registry=registry)
+            for key, (name, text) in _END_COUNTERS.items()
+        }
+        self.in_flight = Gauge(
+            "duetime_runs_in_flight",
+            "Attempts executing in the worker processes now",
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+
+    def count_claims(self, claimed: int) -> None:
+        if claimed:
+            self.started.inc(claimed)
+
+    def count_ends(self, ends: Sequence[AttemptEnd], accepted: Collection[uuid.UUID]) -> None:
+        """One completion statement's results: ``accepted`` holds the accepted lease tokens."""
+        tally: Tally[str] = Tally()
+        for end in ends:
+            if end.lease_token not in accepted:
+                tally[FENCED] += 1
+            elif end.outcome == HANDED_BACK:
+                tally[HANDED_BACK] += 1
+            else:
+                tally[end.state] += 1
+        for key, count in tally.items():
+            counter = self._ends.get(key)
+            if counter is not None:
+                counter.inc(count)

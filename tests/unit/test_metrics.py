@@ -1,0 +1,150 @@
+"""/metrics: the endpoint's address from the environment, the batch histogram, and the counts the
+worker and reaper take from a batch statement's results."""
+
+from __future__ import annotations
+
+import urllib.request
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.parser import text_string_to_metric_families
+
+from duetime.bus.topics import TopicCatalog
+from duetime.errors import ConfigError
+from duetime.metrics import BatchHistogram, metrics_address, serve_metrics
+from duetime.store import AttemptEnd
+from duetime_planner.ingest import IngestStats
+from duetime_planner.metrics import PlannerMetrics
+from duetime_planner.planner import PlanStats
+from duetime_reaper.expiry import ExpiryCounts
+from duetime_reaper.metrics import ReaperMetrics, consumer_groups
+from duetime_workers.metrics import WorkerMetrics
+
+
+def _value(registry: CollectorRegistry, name: str, labels: dict[str, str] | None = None) -> float:
+    value = registry.get_sample_value(name, labels or {})
+    assert value is not None, name
+    return value
+
+
+def test_address_from_the_environment() -> None:
+    assert metrics_address({}) is None
+    assert metrics_address({"DUETIME_METRICS_PORT": "0"}) is None
+    assert metrics_address({"DUETIME_METRICS_PORT": "9470"}) == ("127.0.0.1", 9470)
+    assert metrics_address({"DUETIME_METRICS_PORT": "9470", "DUETIME_METRICS_HOST": "0.0.0.0"}) == (
+        "0.0.0.0",
+        9470,
+    )
+    for bad in ("x", "70000", "-1"):
+        with pytest.raises(ConfigError, match="DUETIME_METRICS_PORT"):
+            metrics_address({"DUETIME_METRICS_PORT": bad})
+
+
+def test_batch_histogram_counts_a_batch_into_cumulative_buckets() -> None:
+    registry = CollectorRegistry()
+    histogram = BatchHistogram(
+        "t_lateness_seconds", "test", buckets=(0.01, 0.1, 1.0), registry=registry
+    )
+    histogram.observe_many([5.0, 10.0, 10.0, 50.0, 100.0, 2000.0], scale=1000.0)  # milliseconds
+    histogram.observe_many([])
+    histogram.observe_many([0.5])
+    assert _value(registry, "t_lateness_seconds_bucket", {"le": "0.01"}) == 3  # 5, 10, 10 ms
+    assert _value(registry, "t_lateness_seconds_bucket", {"le": "0.1"}) == 5
+    assert _value(registry, "t_lateness_seconds_bucket", {"le": "1.0"}) == 6
+    assert _value(registry, "t_lateness_seconds_bucket", {"le": "+Inf"}) == 7
+    assert _value(registry, "t_lateness_seconds_count") == 7
+    assert _value(registry, "t_lateness_seconds_sum") == pytest.approx(2.175 + 0.5)
+
+
+def test_the_endpoint_serves_the_registry_and_a_taken_port_is_an_error() -> None:
+    registry = CollectorRegistry()
+    Counter("t_things", "test", registry=registry).inc(3)
+    env = {"DUETIME_METRICS_PORT": str(_free_port())}
+    endpoint = serve_metrics("test", env, registry)
+    assert endpoint is not None
+    try:
+        with urllib.request.urlopen(endpoint.url, timeout=5) as response:
+            text = response.read().decode()
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        assert families["t_things"].samples[0].value == 3
+        with pytest.raises(ConfigError, match="cannot serve /metrics"):
+            serve_metrics("test", env, CollectorRegistry())
+    finally:
+        endpoint.close()
+    assert serve_metrics("test", {}, registry) is None
+
+
+def _end(state: str, outcome: str = "failed") -> AttemptEnd:
+    return AttemptEnd(uuid.uuid4(), datetime.now(UTC), 1, uuid.uuid4(), state, outcome)
+
+
+def test_worker_counts_a_completion_statement_by_outcome() -> None:
+    registry = CollectorRegistry()
+    metrics = WorkerMetrics(registry)
+    ends = [
+        _end("succeeded", "succeeded"),
+        _end("succeeded", "succeeded"),
+        _end("scheduled"),
+        _end("dead"),
+        _end("scheduled", "handed_back"),
+        _end("succeeded", "succeeded"),  # fenced: its token is not accepted
+    ]
+    metrics.count_ends(ends, {end.lease_token for end in ends[:5]})
+    metrics.count_claims(6)
+    metrics.count_claims(0)
+    assert _value(registry, "duetime_runs_started_total") == 6
+    assert _value(registry, "duetime_runs_succeeded_total") == 2
+    assert _value(registry, "duetime_runs_retried_total") == 1
+    assert _value(registry, "duetime_runs_dead_total") == 1
+    assert _value(registry, "duetime_runs_handed_back_total") == 1
+    assert _value(registry, "duetime_completions_fenced_total") == 1
+
+
+def test_reaper_counts_an_expiry_batch_by_source() -> None:
+    registry = CollectorRegistry()
+    metrics = ReaperMetrics(registry)
+    metrics.count_expired(ExpiryCounts(expired=3, retried=2, dead=1), "stream")
+    metrics.count_expired(ExpiryCounts(expired=1, retried=0, dead=1), "scan")
+    metrics.count_dead_published(2)
+    assert _value(registry, "duetime_lease_expiries_total", {"source": "stream"}) == 3
+    assert _value(registry, "duetime_lease_expiries_total", {"source": "scan"}) == 1
+    assert _value(registry, "duetime_runs_retried_total") == 2
+    assert _value(registry, "duetime_runs_dead_total") == 2
+    assert _value(registry, "duetime_runs_dead_published_total") == 2
+
+
+def test_every_consumer_group_and_its_topics() -> None:
+    catalog = TopicCatalog("p.")
+    groups = consumer_groups(catalog)
+    assert groups["p.workers"] == ("p.runs.ready",)
+    assert groups["p.reaper"] == ("p.runs.heartbeats", "p.runs.results")
+    assert groups["p.dispatcher"] == catalog.due_topics
+    assert groups["p.planner-ingest"] == ("p.jobs",)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def test_planner_counts_a_round_from_its_stats() -> None:
+    registry = CollectorRegistry()
+    metrics = PlannerMetrics(registry)
+    metrics.record_round(
+        PlanStats(jobs_planned=4, runs_created=5, runs_published=6, runs_swept=1),
+        IngestStats(accepted=2, rejected=1),
+    )
+    metrics.record_round(PlanStats(runs_created=1), IngestStats())
+    assert _value(registry, "duetime_jobs_planned_total") == 4
+    assert _value(registry, "duetime_runs_planned_total") == 6
+    assert _value(registry, "duetime_runs_published_total") == 6
+    assert _value(registry, "duetime_runs_publish_failures_total") == 0
+    assert _value(registry, "duetime_runs_swept_total") == 1
+    assert _value(registry, "duetime_jobs_ingested_total", {"result": "accepted"}) == 2
+    assert _value(registry, "duetime_jobs_ingested_total", {"result": "rejected"}) == 1
