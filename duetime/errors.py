@@ -14,6 +14,7 @@ Drivers' errors (psycopg, confluent-kafka, aetcd) are translated at the adapter 
     ├── StoreError              PostgreSQL failed (connection, constraint we did not expect)
     ├── BusError                the Kafka-protocol broker failed (delivery, topic creation)
     │   └── CodecError          a record that does not decode against its Avro schema
+    ├── CoordError              etcd failed (unreachable, timed out) while shards were coordinated
     └── LeaseLost               a worker or planner lost the lease it was working under (fencing)
 """
 
@@ -23,6 +24,7 @@ __all__ = [
     "BusError",
     "CodecError",
     "ConfigError",
+    "CoordError",
     "DuetimeError",
     "InvalidInput",
     "JobDefinitionError",
@@ -98,3 +100,7 @@ class CodecError(BusError):
 
 class LeaseLost(DuetimeError):
     """The lease a worker or planner held is gone; the work must stop (fencing)."""
+
+
+class CoordError(DuetimeError):
+    """etcd (the shard-lease backend) failed: unreachable, timed out, or refused a call."""

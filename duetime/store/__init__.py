@@ -2,7 +2,7 @@
 
 from .attempts import AttemptEnd, Claim, ClaimRequest, LeaseRenewal
 from .migrate import apply_migrations
-from .store import NewRun, Store, Tx
+from .store import NewRun, ShardFence, ShardOwnerRow, Store, Tx
 
 __all__ = [
     "AttemptEnd",
@@ -10,6 +10,8 @@ __all__ = [
     "ClaimRequest",
     "LeaseRenewal",
     "NewRun",
+    "ShardFence",
+    "ShardOwnerRow",
     "Store",
     "Tx",
     "apply_migrations",

@@ -190,6 +190,8 @@ class DueJob:
     lease: timedelta
     heartbeat_interval: timedelta
     retry: RetryPolicy
+    # The job's shard: a run's insert is fenced by its shard's token (sql/shards.sql).
+    shard_id: int = 0
 
     @classmethod
     def from_row(cls, row: Any) -> DueJob:
@@ -208,6 +210,7 @@ class DueJob:
             lease=timedelta(milliseconds=row.lease_ms),
             heartbeat_interval=timedelta(milliseconds=row.heartbeat_ms),
             retry=retry_from_row(row, row.max_attempts),
+            shard_id=row.shard_id,
         )
 
 

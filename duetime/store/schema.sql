@@ -186,6 +186,19 @@ CREATE TABLE public.runs (
 )
 PARTITION BY RANGE (scheduled_for);
 
+CREATE TABLE public.shard_owners (
+    shard_id smallint NOT NULL,
+    token bigint NOT NULL,
+    owner text NOT NULL,
+    claimed_at timestamp with time zone DEFAULT now() NOT NULL,
+    rejected bigint DEFAULT 0 NOT NULL,
+    last_rejected_at timestamp with time zone,
+    last_rejected_owner text,
+    CONSTRAINT shard_owners_rejected_check CHECK ((rejected >= 0)),
+    CONSTRAINT shard_owners_shard_id_check CHECK (((shard_id >= 0) AND (shard_id <= 127))),
+    CONSTRAINT shard_owners_token_check CHECK ((token > 0))
+);
+
 CREATE TABLE public.target_forecast (
     target_service text NOT NULL,
     second bigint NOT NULL,
@@ -257,6 +270,9 @@ ALTER TABLE ONLY public.runs
 
 ALTER TABLE ONLY public.runs
     ADD CONSTRAINT runs_pkey PRIMARY KEY (run_id, scheduled_for);
+
+ALTER TABLE ONLY public.shard_owners
+    ADD CONSTRAINT shard_owners_pkey PRIMARY KEY (shard_id);
 
 ALTER TABLE ONLY public.target_forecast
     ADD CONSTRAINT target_forecast_pkey PRIMARY KEY (target_service, second);

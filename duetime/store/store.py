@@ -42,7 +42,7 @@ from .rows import (
     target_from_json,
 )
 
-__all__ = ["NewRun", "Store", "StoredJob", "Tx"]
+__all__ = ["NewRun", "ShardFence", "ShardOwnerRow", "Store", "StoredJob", "Tx"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,30 @@ class NewRun:
     scheduled_for: datetime
     due_at: datetime
     max_attempts: int
+    # The job's shard, which fences the insert in etcd mode (sql/shards.sql).
+    shard_id: int = 0
+
+
+@dataclass(frozen=True)
+class ShardFence:
+    """What ``shards_fence`` decided for a planning transaction: the shards it may write for
+    (locked until it ends) and those a newer owner holds (the refusal is counted)."""
+
+    held: frozenset[int]
+    refused: frozenset[int]
+
+
+@dataclass(frozen=True)
+class ShardOwnerRow:
+    """A shard's fence row: the highest token it was claimed with, and refusals."""
+
+    shard_id: int
+    token: int
+    owner: str
+    claimed_at: datetime
+    rejected: int
+    last_rejected_at: datetime | None
+    last_rejected_owner: str | None
 
 
 @dataclass(frozen=True)
@@ -165,19 +189,26 @@ class Tx:
         self.conn.execute(query("jobs_analyze"))
 
     def jobs_advance_many(
-        self, advances: Sequence[tuple[str, datetime | None, datetime | None]]
-    ) -> None:
-        """Move each (job_id, next_run_at, last scheduled_for) in one statement."""
-        if advances:
-            rows = [
-                {
-                    "job_id": job_id,
-                    "next_run_at": iso_or_none(nxt),
-                    "last_scheduled_for": iso_or_none(last),
-                }
-                for job_id, nxt, last in advances
-            ]
-            self._exec("jobs_advance_many", {"rows": batch_json(rows)})
+        self,
+        advances: Sequence[tuple[str, datetime | None, datetime | None]],
+        tokens: Mapping[int, int] | None = None,
+    ) -> int:
+        """Move each (job_id, next_run_at, last scheduled_for) in one statement; returns how
+        many moved. With ``tokens`` (shard -> fencing token) a job moves only while its shard's
+        stored token is the given one."""
+        if not advances:
+            return 0
+        rows = [
+            {
+                "job_id": job_id,
+                "next_run_at": iso_or_none(nxt),
+                "last_scheduled_for": iso_or_none(last),
+            }
+            for job_id, nxt, last in advances
+        ]
+        return self._exec(
+            "jobs_advance_many", {"rows": batch_json(rows), "tokens": _tokens_json(tokens)}
+        )
 
     def jobs_due_histogram(
         self, shards: Sequence[int], horizon: datetime, bucket: timedelta, cap: int
@@ -191,8 +222,11 @@ class Tx:
         }
         return [(r.bucket_end, int(r.jobs)) for r in self._rows("jobs_due_histogram", params)]
 
-    def runs_insert_many(self, runs: Sequence[NewRun]) -> set[uuid.UUID]:
-        """Insert in one statement; returns the run ids that were new (the others existed)."""
+    def runs_insert_many(
+        self, runs: Sequence[NewRun], tokens: Mapping[int, int] | None = None
+    ) -> set[uuid.UUID]:
+        """Insert in one statement; returns the run ids that were new (the others existed, or
+        their shard's stored fencing token is not the one in ``tokens``)."""
         if not runs:
             return set()
         rows = [
@@ -204,10 +238,54 @@ class Tx:
                 "scheduled_for": r.scheduled_for.isoformat(),
                 "due_at": r.due_at.isoformat(),
                 "max_attempts": r.max_attempts,
+                "shard_id": r.shard_id,
             }
             for r in runs
         ]
-        return {r.run_id for r in self._rows("runs_insert_many", {"rows": batch_json(rows)})}
+        params = {"rows": batch_json(rows), "tokens": _tokens_json(tokens)}
+        return {r.run_id for r in self._rows("runs_insert_many", params)}
+
+    # capacity forecast --- the planner's placement of windowed runs (duetime.capacity).
+    def targets_limits(self) -> dict[str, TargetLimit]:
+        return flow.limits(self.conn)
+
+    def target_forecast_read(
+        self, names: Sequence[str], first: int, last: int
+    ) -> dict[tuple[str, int], int]:
+        return flow.forecast_read(self.conn, names, first, last)
+
+    def target_forecast_add(self, added: Mapping[tuple[str, int], int]) -> None:
+        flow.forecast_add(self.conn, added)
+
+    def target_forecast_prune(self, before: int) -> None:
+        flow.forecast_prune(self.conn, before)
+
+    # shard fence --- sql/shards.sql, docs/failover.md.
+    def planner_tx_guard(self, idle_timeout: timedelta) -> datetime:
+        """The database clock, and a short idle-in-transaction timeout for this transaction."""
+        idle_ms = int(idle_timeout.total_seconds() * 1000)
+        now: datetime = self._rows("planner_tx_guard", {"idle_ms": idle_ms})[0].now
+        return now
+
+    def shards_claim(self, owner: str, tokens: Mapping[int, int]) -> set[int]:
+        """Raise each shard's stored token to the given one (only from a lower one)."""
+        if not tokens:
+            return set()
+        params = {"owner": owner, "tokens": _tokens_json(tokens)}
+        return {int(r.shard_id) for r in self._rows("shards_claim", params)}
+
+    def shards_fence(self, owner: str, tokens: Mapping[int, int]) -> ShardFence:
+        """Lock the shards still held under ``tokens`` for this transaction; count refusals."""
+        if not tokens:
+            return ShardFence(frozenset(), frozenset())
+        rows = self._rows("shards_fence", {"owner": owner, "tokens": _tokens_json(tokens)})
+        return ShardFence(
+            held=frozenset(int(r.shard_id) for r in rows if r.held),
+            refused=frozenset(int(r.shard_id) for r in rows if not r.held),
+        )
+
+    def shard_owners_list(self) -> list[ShardOwnerRow]:
+        return [ShardOwnerRow(**r._mapping) for r in self._rows("shard_owners_list")]
 
     def runs_mark_published_many(self, keys: Sequence[tuple[uuid.UUID, datetime]]) -> int:
         """Mark (run_id, scheduled_for) published and count the publication."""
@@ -244,6 +322,12 @@ class Tx:
             },
         )
         return [(r.run_id, r.reason) for r in rows]
+
+
+def _tokens_json(tokens: Mapping[int, int] | None) -> str | None:
+    if tokens is None:
+        return None
+    return batch_json([{"shard_id": s, "token": t} for s, t in sorted(tokens.items())])
 
 
 class Store:

@@ -80,7 +80,7 @@ RETURNING j.job_id;
 SELECT job_id, tenant, schedule_kind, schedule_expr, time_zone, dst_gap, dst_overlap, start_at,
        window_ms, catch_up, max_catch_up, target_service, max_attempts, next_run_at,
        last_scheduled_for, target, lease_ms, heartbeat_ms, retry_initial_ms, retry_multiplier,
-       retry_max_ms, retry_jitter
+       retry_max_ms, retry_jitter, shard_id
 FROM jobs
 WHERE job_id = ANY(ARRAY(
         SELECT job_id FROM jobs
@@ -94,13 +94,20 @@ LIMIT :limit
 FOR UPDATE SKIP LOCKED;
 
 -- name: jobs_advance_many
--- The planner moves every planned job of a batch in one statement.
+-- The planner moves every planned job of a batch in one statement. With :tokens (etcd mode,
+-- sql/shards.sql) only jobs of shards whose stored fencing token is the one given move: the
+-- database, not the planner, refuses a write under a token a newer owner has replaced.
 UPDATE jobs j SET next_run_at = u.next_run_at,
                   last_scheduled_for = COALESCE(u.last_scheduled_for, j.last_scheduled_for),
                   updated_at = now()
 FROM json_to_recordset(CAST(:rows AS json))
      AS u(job_id text, next_run_at timestamptz, last_scheduled_for timestamptz)
-WHERE j.job_id = u.job_id;
+WHERE j.job_id = u.job_id
+  AND (CAST(:tokens AS text) IS NULL
+       OR j.shard_id IN (SELECT o.shard_id FROM shard_owners o
+                         JOIN json_to_recordset(CAST(:tokens AS json))
+                              AS t(shard_id smallint, token bigint)
+                           ON t.shard_id = o.shard_id AND t.token = o.token));
 
 -- name: jobs_due_histogram
 -- Jobs due before :horizon per time bucket (bucket end, jobs), the earliest :cap of them: the
@@ -122,12 +129,18 @@ ORDER BY 1;
 
 -- name: runs_insert_many
 -- Returns the runs it created: the planner publishes those at once (an existing run is the
--- outbox's business).
+-- outbox's business). With :tokens (etcd mode) a run is inserted only if its job's shard still
+-- has the given fencing token (as jobs_advance_many); a refused run is simply not returned.
 INSERT INTO runs (run_id, job_id, tenant, target_service, scheduled_for, due_at, max_attempts)
 SELECT u.run_id, u.job_id, u.tenant, u.target_service, u.scheduled_for, u.due_at, u.max_attempts
 FROM json_to_recordset(CAST(:rows AS json)) AS u(
     run_id uuid, job_id text, tenant text, target_service text, scheduled_for timestamptz,
-    due_at timestamptz, max_attempts integer)
+    due_at timestamptz, max_attempts integer, shard_id smallint)
+WHERE CAST(:tokens AS text) IS NULL
+   OR u.shard_id IN (SELECT o.shard_id FROM shard_owners o
+                     JOIN json_to_recordset(CAST(:tokens AS json))
+                          AS t(shard_id smallint, token bigint)
+                       ON t.shard_id = o.shard_id AND t.token = o.token)
 ON CONFLICT DO NOTHING
 RETURNING run_id;
 

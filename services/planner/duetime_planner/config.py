@@ -50,6 +50,9 @@ class PlannerConfig:
     publish_timeout: timedelta = timedelta(seconds=10)
     # Partitions of the runs table are created this many days ahead.
     partitions_ahead_days: int = 3
+    # etcd mode: a planning transaction left idle this long (its planner stopped mid-batch) is
+    # ended by PostgreSQL, so its locks on the shard fence do not hold up the next owner.
+    fenced_idle_timeout: timedelta = timedelta(seconds=5)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:

@@ -1,8 +1,15 @@
 """The planner: due scan -> run rows -> outbox publish to the time-bucketed topics.
 
-``Planner.run_once()`` does one round and returns what it did, so tests call it directly; the
-service loop in ``service.py`` repeats it. All instants come from the database clock (``now()``),
-the same clock leases and due times use, so a skewed planner host changes nothing.
+``Planner.run_once(now)`` does one round and returns what it did, so tests call it directly; the
+service loop in ``service.py`` repeats it. ``now`` is the planner's monotonic clock (injected): it
+paces the probes and the sweeper and decides whether the shard lease still holds. Every instant
+written to the database comes from the database clock (``now()``), the same clock leases and due
+times use, so a skewed planner host changes nothing.
+
+Shards: without an owner (``ownership=None``) the planner scans every configured shard and
+competes for due rows with FOR UPDATE SKIP LOCKED. With one (etcd mode) it plans only the shards
+its lease holds, and every planning transaction is fenced in PostgreSQL by their tokens
+(sql/shards.sql): the database refuses the writes of a planner whose shard has a newer owner.
 
 Work is per batch, never per job or run: one scan, one insert of every run, one advance of every
 job, one mark of every published run per batch of ``batch_size``; the schedule search runs once
@@ -21,8 +28,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 
-from confluent_kafka import Producer
-
 from duetime.bus.kafka import DeliveryTracker
 from duetime.bus.records import RUN_EVENTS
 from duetime.bus.run_headers import RoutingHeaders, routing_headers
@@ -35,10 +40,11 @@ from duetime.logs import event
 from duetime.model import HttpTarget, RunEvent
 from duetime.planning import JobPlan, PlannedRun, PlanningRate, lookahead_for, plan_jobs
 from duetime.schedule import ScheduleCache
-from duetime.store import NewRun, Store, Tx, flow
+from duetime.store import NewRun, flow
 from duetime.store.rows import DueJob, OutboxRun
 
 from .config import PlannerConfig
+from .ports import PlannerStore, PlannerTx, RecordProducer, ShardOwner
 
 __all__ = ["PlanStats", "Planner"]
 
@@ -52,6 +58,10 @@ class PlanStats:
     runs_published: int = 0
     publish_failures: int = 0
     runs_swept: int = 0
+    # etcd mode: shards a planning transaction found claimed by a newer owner (refused by the
+    # fence), and job advances the fence refused inside a transaction.
+    shards_refused: int = 0
+    writes_fenced: int = 0
 
     def __add__(self, other: PlanStats) -> PlanStats:
         return PlanStats(
@@ -60,7 +70,18 @@ class PlanStats:
             self.runs_published + other.runs_published,
             self.publish_failures + other.publish_failures,
             self.runs_swept + other.runs_swept,
+            self.shards_refused + other.shards_refused,
+            self.writes_fenced + other.writes_fenced,
         )
+
+
+@dataclass(frozen=True)
+class _RoundShards:
+    """The shards one round plans: every configured one (``tokens`` None, SKIP LOCKED mode), or
+    those the lease holds with their fencing tokens (etcd mode)."""
+
+    shards: tuple[int, ...]
+    tokens: dict[int, int] | None
 
 
 class _MissingPartitions(Exception):
@@ -79,12 +100,14 @@ def _utc_day(instant: datetime) -> date:
 class Planner:
     def __init__(
         self,
-        store: Store,
-        producer: Producer,
+        store: PlannerStore,
+        producer: RecordProducer,
         catalog: TopicCatalog,
         config: PlannerConfig | None = None,
         *,
         monotonic: Callable[[], float] = time.monotonic,
+        ownership: ShardOwner | None = None,
+        member: str = "planner",
     ) -> None:
         self.store = store
         self.producer = producer
@@ -92,6 +115,11 @@ class Planner:
         self.config = config or PlannerConfig()
         self.cache = ScheduleCache()
         self._monotonic = monotonic
+        self.ownership = ownership
+        self.member = member
+        # shard -> the token this planner last claimed it with in the fence (etcd mode)
+        self._claimed: dict[int, int] = {}
+        self._round = _RoundShards(self.config.shards, None)
         self._partitions: set[date] = set()
         self._last_sweep: float | None = None
         self._last_probe: float | None = None
@@ -102,23 +130,50 @@ class Planner:
         self._rate_cache: dict[str, float] = {}
         self._no_rate: set[str] = set()
 
-    def run_once(self) -> PlanStats:
-        """Plan every due job, publish every unpublished run (in batches), sweep when due."""
-        self.refresh_lookahead()
-        started = self._monotonic()
+    def run_once(self, now: float | None = None) -> PlanStats:
+        """Plan every due job of this round's shards, publish every unpublished run (in
+        batches), sweep when due. ``now``: the monotonic instant (default: the injected clock)."""
+        started = self._monotonic() if now is None else now
+        self._round = self._round_shards(started)
         stats = PlanStats()
-        while True:
-            round_stats, full = self.plan_batch()
-            stats += round_stats
-            if not full:
-                break
+        if self._round.shards:
+            self.refresh_lookahead(now=started)
+            while True:
+                round_stats, full = self.plan_batch()
+                stats += round_stats
+                if not full or round_stats.shards_refused:
+                    break
         while True:
             round_stats, full = self.publish_batch()
             stats += round_stats
             if not full or round_stats.runs_published == 0:
                 break
         self.rate.observe(stats.jobs_planned, self._monotonic() - started)
-        return stats + self.maybe_sweep()
+        return stats + self.maybe_sweep(now=started)
+
+    def _round_shards(self, now: float) -> _RoundShards:
+        """SKIP LOCKED mode: every configured shard. etcd mode: the shards the lease holds at
+        ``now``, claimed in the fence first where this planner has not claimed them yet."""
+        if self.ownership is None:
+            return _RoundShards(self.config.shards, None)
+        configured = set(self.config.shards)
+        tokens = {s: t for s, t in self.ownership.current(now).items() if s in configured}
+        self._claimed = {s: t for s, t in self._claimed.items() if tokens.get(s) == t}
+        unclaimed = {s: t for s, t in tokens.items() if s not in self._claimed}
+        if unclaimed:
+            with self.store.tx() as tx:
+                claimed = tx.shards_claim(self.member, unclaimed)
+            self._claimed.update({s: unclaimed[s] for s in claimed})
+            event(
+                log,
+                "shards.claimed",
+                member=self.member,
+                count=len(claimed),
+                pending=len(unclaimed) - len(claimed),
+            )
+        # A shard not claimed now (another planner's transaction holds its row, or its stored
+        # token is higher) is still offered to the fence, which decides.
+        return _RoundShards(tuple(sorted(tokens)), tokens)
 
     def ensure_partitions(self, today: date) -> None:
         self._ensure_days(
@@ -134,10 +189,10 @@ class Planner:
                 tx.runs_ensure_partition(day)
         self._partitions.update(missing)
 
-    def refresh_lookahead(self, *, force: bool = False) -> timedelta:
+    def refresh_lookahead(self, *, force: bool = False, now: float | None = None) -> timedelta:
         """Re-count the jobs due ahead (at most every ``probe_interval``) and size the lookahead."""
         cfg = self.config
-        clock = self._monotonic()
+        clock = self._monotonic() if now is None else now
         if (
             not force
             and self._last_probe is not None
@@ -148,12 +203,12 @@ class Planner:
         if cfg.max_lookahead == cfg.lookahead:
             return self.lookahead
         with self.store.tx() as tx:
-            now = tx.db_now()
+            db_now = tx.db_now()
             counts = tx.jobs_due_histogram(
-                cfg.shards, now + cfg.max_lookahead, cfg.probe_bucket, cfg.probe_cap
+                self._round.shards, db_now + cfg.max_lookahead, cfg.probe_bucket, cfg.probe_cap
             )
         lookahead = lookahead_for(
-            now=now,
+            now=db_now,
             base=cfg.lookahead,
             maximum=cfg.max_lookahead,
             jobs_per_second=self.rate.jobs_per_second,
@@ -179,10 +234,32 @@ class Planner:
 
     def _plan_batch(self) -> tuple[PlanStats, bool]:
         cfg = self.config
+        tokens = self._round.tokens
+        refused = 0
         with self.store.tx() as tx:
-            now = tx.db_now()
+            if tokens is None:
+                now = tx.db_now()
+                shards: Sequence[int] = self._round.shards
+            else:
+                # etcd mode: the fence first. The shards still ours are locked against a new
+                # owner's claim until this transaction ends; the writes below carry the same
+                # tokens, so the database refuses them for a shard claimed since.
+                now = tx.planner_tx_guard(cfg.fenced_idle_timeout)
+                fence = tx.shards_fence(self.member, tokens)
+                tokens = {s: tokens[s] for s in fence.held}
+                shards = sorted(fence.held)
+                refused = len(fence.refused)
+                if refused:
+                    event(
+                        log,
+                        "shards.fenced",
+                        logging.WARNING,
+                        member=self.member,
+                        refused=refused,
+                        shards=",".join(map(str, sorted(fence.refused)[:8])),
+                    )
             lookahead = self.lookahead
-            due = tx.jobs_get_due_batch(cfg.shards, now + lookahead, cfg.batch_size)
+            due = tx.jobs_get_due_batch(shards, now + lookahead, cfg.batch_size) if shards else []
             plans = plan_jobs(
                 due, now=now, lookahead=lookahead, cache=self.cache, grace=cfg.on_time_grace
             )
@@ -214,6 +291,7 @@ class Planner:
                             scheduled_for=run.scheduled_for,
                             due_at=run.due_at,
                             max_attempts=job.max_attempts,
+                            shard_id=job.shard_id,
                         )
                     )
                 if plan.runs:
@@ -223,8 +301,11 @@ class Planner:
             days = {_utc_day(r.scheduled_for) for r in new_runs} - self._partitions
             if days:
                 raise _MissingPartitions(days)
-            inserted = tx.runs_insert_many(new_runs)
-            tx.jobs_advance_many(advances)
+            inserted = tx.runs_insert_many(new_runs, tokens)
+            advanced = tx.jobs_advance_many(advances, tokens)
+        fenced = len(advances) - advanced if tokens is not None else 0
+        if fenced:
+            event(log, "planner.writes_fenced", logging.WARNING, member=self.member, jobs=fenced)
         if due:
             event(
                 log,
@@ -235,10 +316,15 @@ class Planner:
                 lookahead_s=round(lookahead.total_seconds(), 1),
             )
         published = self._publish_planned(planned, inserted, now, now + lookahead)
-        stats = PlanStats(jobs_planned=len(due), runs_created=len(new_runs)) + published
-        return stats, len(due) == cfg.batch_size
+        stats = PlanStats(
+            jobs_planned=len(due),
+            runs_created=len(new_runs),
+            shards_refused=refused,
+            writes_fenced=fenced,
+        )
+        return stats + published, len(due) == cfg.batch_size
 
-    def _rates(self, tx: Tx, now: datetime) -> dict[str, float]:
+    def _rates(self, tx: PlannerTx, now: datetime) -> dict[str, float]:
         """The rate limit of each target that has one (own or default), re-read every
         ``probe_interval``; the forecast's past seconds are pruned at the same time."""
         clock = self._monotonic()
@@ -246,11 +332,11 @@ class Planner:
             self._rates_read_at is None
             or clock - self._rates_read_at >= self.config.probe_interval.total_seconds()
         ):
-            self._limits = flow.limits(tx.conn)
+            self._limits = tx.targets_limits()
             self._rates_read_at = clock
             self._rate_cache.clear()
             self._no_rate.clear()
-            flow.forecast_prune(tx.conn, epoch_second(now) - 60)
+            tx.target_forecast_prune(epoch_second(now) - 60)
         return self._rate_cache
 
     def _rate_of(self, target_service: str) -> float | None:
@@ -265,7 +351,7 @@ class Planner:
 
     def _place(
         self,
-        tx: Tx,
+        tx: PlannerTx,
         now: datetime,
         due: Sequence[DueJob],
         plans: Sequence[JobPlan | InvalidInput],
@@ -302,10 +388,10 @@ class Planner:
         names = sorted({w.target_service for w in windowed})
         first = min(epoch_second(w.scheduled_for) for w in windowed)
         last = max(epoch_second(w.scheduled_for + w.window) for w in windowed)
-        load = flow.forecast_read(tx.conn, names, first, last)
+        load = tx.target_forecast_read(names, first, last)
         before = dict(load)
         placed = place(windowed, load, self._rate_cache)
-        flow.forecast_add(tx.conn, {k: n - before.get(k, 0) for k, n in load.items()})
+        tx.target_forecast_add({k: n - before.get(k, 0) for k, n in load.items()})
         return placed
 
     def _publish_planned(
@@ -326,7 +412,7 @@ class Planner:
         unpublished runs in the moment before they are marked and publish them too; the
         dispatcher drops such a copy (same run id and attempt, docs/dispatcher.md).
         """
-        tracker = DeliveryTracker(self.producer)
+        tracker = DeliveryTracker(self.producer)  # type: ignore[arg-type]
         headers = RoutingHeaders(now, RUN_EVENTS.headers())
         missed_before = now - self.config.on_time_grace
         for job, runs in planned:
@@ -384,7 +470,7 @@ class Planner:
             rows = tx.runs_get_unpublished(now + self.lookahead, cfg.batch_size)
             orphans = [(r.run_id, r.scheduled_for) for r in rows if r.target is None]
             cancelled = tx.runs_cancel_orphans(orphans)
-            tracker = DeliveryTracker(self.producer)
+            tracker = DeliveryTracker(self.producer)  # type: ignore[arg-type]
             schema_headers = RUN_EVENTS.headers()
             for row in rows:
                 if row.target is not None:
@@ -449,8 +535,8 @@ class Planner:
         if acked:
             event(log, "runs.published", count=acked)
 
-    def maybe_sweep(self) -> PlanStats:
-        clock = self._monotonic()
+    def maybe_sweep(self, now: float | None = None) -> PlanStats:
+        clock = self._monotonic() if now is None else now
         if (
             self._last_sweep is not None
             and clock - self._last_sweep < self.config.sweep_interval.total_seconds()

@@ -1,4 +1,9 @@
-"""``duetime service planner``: ingest, plan, publish and sweep in a loop until signalled."""
+"""``duetime service planner``: ingest, plan, publish and sweep in a loop until signalled.
+
+With etcd configured (``DUETIME_ETCD_ENDPOINTS``, as ``duetime up`` sets it) the planner owns
+shards under an etcd lease (``duetime.coord``) and fences its writes in PostgreSQL; without it,
+or with ``--shard-mode skip-locked``, it competes for every shard's due rows with SKIP LOCKED.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,10 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import threading
+import time
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -14,8 +22,11 @@ from confluent_kafka import Consumer
 
 from duetime.bus.kafka import consumer_config, create_topics, make_producer
 from duetime.bus.topics import TopicCatalog
-from duetime.config import load_settings
-from duetime.errors import DuetimeError
+from duetime.config import Settings, load_settings
+from duetime.coord.etcd import EtcdBackend, etcd_root, parse_endpoint
+from duetime.coord.ownership import OwnershipConfig
+from duetime.coord.runner import OwnershipThread
+from duetime.errors import ConfigError, DuetimeError
 from duetime.logs import configure_logging, event
 from duetime.metrics import serve_metrics
 from duetime.store import Store
@@ -24,6 +35,7 @@ from .config import PlannerConfig
 from .ingest import JobIngest
 from .metrics import PlannerMetrics
 from .planner import Planner
+from .ports import ShardOwner
 
 __all__ = ["main"]
 
@@ -47,7 +59,36 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--tick", type=float, default=0.5, help="loop period in seconds")
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    parser.add_argument(
+        "--shard-mode",
+        choices=("auto", "etcd", "skip-locked"),
+        default="auto",
+        help="etcd: own shards under an etcd lease, fenced in PostgreSQL; skip-locked: compete "
+        "for every shard's rows; auto (default): etcd when DUETIME_ETCD_ENDPOINTS is set",
+    )
+    parser.add_argument(
+        "--lease-ttl",
+        type=int,
+        default=int(OwnershipConfig().ttl.total_seconds()),
+        help="etcd mode: the planner's lease TTL in seconds (default 10); it stops working its "
+        "shards 2 s before a lease whose keepalives fail could expire",
+    )
     return parser.parse_args(argv)
+
+
+def _ownership(args: argparse.Namespace, settings: Settings, member: str) -> OwnershipThread | None:
+    mode = args.shard_mode
+    if mode == "auto":
+        mode = "etcd" if settings.etcd_endpoints else "skip-locked"
+    if mode == "skip-locked":
+        return None
+    if not settings.etcd_endpoints:
+        raise ConfigError("--shard-mode etcd needs DUETIME_ETCD_ENDPOINTS")
+    host, port = parse_endpoint(settings.etcd_endpoints)
+    root = etcd_root(settings.topic_prefix)
+    ttl = timedelta(seconds=args.lease_ttl)
+    config = OwnershipConfig(ttl=ttl, margin=min(timedelta(seconds=2), ttl / 4))
+    return OwnershipThread(lambda: EtcdBackend(host, port, root), member, config)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,9 +112,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     store = Store(settings.require_database(), application_name="duetime-planner")
     producer = make_producer(settings)
     consumer = Consumer(consumer_config(settings, f"{settings.topic_prefix}planner-ingest"))
-    planner = Planner(store, producer, catalog, config)
+    member = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
+    owner_thread = _ownership(args, settings, member)
+    owner: ShardOwner | None = owner_thread
+    if owner_thread is not None:
+        owner_thread.start()
+    planner = Planner(
+        store, producer, catalog, config, monotonic=time.monotonic, ownership=owner, member=member
+    )
     ingest = JobIngest(store, consumer, producer, catalog, batch_size=config.batch_size)
-    event(log, "planner.started", shards=len(config.shards), lookahead_s=args.lookahead)
+    event(
+        log,
+        "planner.started",
+        member=member,
+        shard_mode="skip-locked" if owner is None else "etcd",
+        shards=len(config.shards),
+        lookahead_s=args.lookahead,
+    )
     last_partition_day = None
     try:
         while not stop.is_set():
@@ -83,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     planner.ensure_partitions(today)
                     last_partition_day = today
                 ingested = ingest.run_once(timeout=0.0)
-                stats = planner.run_once()
+                stats = planner.run_once(time.monotonic())
                 metrics.record_round(stats, ingested)
             except DuetimeError as exc:
                 # Postgres or the broker is away: keep the process alive and try again.
@@ -95,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 stop.wait(config.tick_interval.total_seconds())
     finally:
         event(log, "planner.stopping")
+        if owner_thread is not None:
+            owner_thread.stop()
         consumer.close()
         producer.flush(5)
         store.close()

@@ -1,0 +1,282 @@
+"""In-memory twins of the planner's ports: ``FakePlannerStore`` (PlannerStore / PlannerTx, with
+the fence rules of sql/shards.sql) and ``FakeProducer`` (the outbox's producer).
+
+A transaction works on a copy of the state and commits it only if its block ends without an
+exception, as PostgreSQL would. The database clock is ``clock``, moved by the test.
+tests/integration/test_shard_fence.py runs the same fence contract against it and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from duetime.flow import TargetLimit
+from duetime.schedule import RetryPolicy
+from duetime.store import NewRun, ShardFence
+from duetime.store.rows import DueJob, OutboxRun
+
+__all__ = ["FakePlannerStore", "FakeProducer", "FakeRun", "FenceRow"]
+
+
+@dataclass
+class FenceRow:
+    token: int
+    owner: str
+    rejected: int = 0
+
+
+@dataclass
+class FakeRun:
+    run: NewRun
+    state: str = "scheduled"
+    published: bool = False
+    publish_count: int = 0
+
+
+@dataclass
+class _State:
+    jobs: dict[str, DueJob] = field(default_factory=dict)
+    paused: set[str] = field(default_factory=set)
+    runs: dict[tuple[str, datetime], FakeRun] = field(default_factory=dict)
+    fence: dict[int, FenceRow] = field(default_factory=dict)
+    partitions: set[date] = field(default_factory=set)
+
+
+class FakePlannerStore:
+    def __init__(self, clock: datetime = datetime(2026, 12, 3, 12, tzinfo=UTC)) -> None:
+        self.clock = clock
+        self.state = _State()
+        self.transactions = 0
+
+    def add_job(self, job: DueJob) -> None:
+        self.state.jobs[job.job_id] = job
+
+    def job(self, job_id: str) -> DueJob:
+        return self.state.jobs[job_id]
+
+    def runs_of(self, job_id: str) -> list[FakeRun]:
+        found = [r for (j, _sf), r in self.state.runs.items() if j == job_id]
+        return sorted(found, key=lambda r: r.run.scheduled_for)
+
+    @contextmanager
+    def tx(self) -> Iterator[FakePlannerTx]:
+        work = copy.deepcopy(self.state)
+        yield FakePlannerTx(self, work)
+        self.state = work
+        self.transactions += 1
+
+    # the fence, outside a planning transaction (the contract test's setup)
+    def fence_row(self, shard: int) -> FenceRow | None:
+        return self.state.fence.get(shard)
+
+
+def _fenced(state: _State, shard: int, tokens: Mapping[int, int] | None) -> bool:
+    if tokens is None:
+        return True
+    row = state.fence.get(shard)
+    return row is not None and shard in tokens and row.token == tokens[shard]
+
+
+class FakePlannerTx:
+    def __init__(self, store: FakePlannerStore, state: _State) -> None:
+        self._store = store
+        self._s = state
+
+    def db_now(self) -> datetime:
+        return self._store.clock
+
+    def planner_tx_guard(self, idle_timeout: timedelta) -> datetime:
+        return self._store.clock
+
+    def shards_claim(self, owner: str, tokens: Mapping[int, int]) -> set[int]:
+        claimed = set()
+        for shard, token in tokens.items():
+            row = self._s.fence.get(shard)
+            if row is None or row.token < token:
+                rejected = row.rejected if row else 0
+                self._s.fence[shard] = FenceRow(token, owner, rejected)
+                claimed.add(shard)
+        return claimed
+
+    def shards_fence(self, owner: str, tokens: Mapping[int, int]) -> ShardFence:
+        held, refused = set(), set()
+        for shard, token in tokens.items():
+            row = self._s.fence.get(shard)
+            if row is None:
+                continue
+            if row.token == token:
+                held.add(shard)
+            elif row.token > token:
+                row.rejected += 1
+                refused.add(shard)
+        return ShardFence(frozenset(held), frozenset(refused))
+
+    def jobs_get_due_batch(
+        self, shards: Sequence[int], horizon: datetime, limit: int
+    ) -> list[DueJob]:
+        wanted = set(shards)
+        due = [
+            j
+            for j in self._s.jobs.values()
+            if j.shard_id in wanted
+            and j.job_id not in self._s.paused
+            and j.next_run_at is not None
+            and j.next_run_at <= horizon
+        ]
+        return sorted(due, key=lambda j: (j.next_run_at, j.job_id))[:limit]
+
+    def jobs_due_histogram(
+        self, shards: Sequence[int], horizon: datetime, bucket: timedelta, cap: int
+    ) -> list[tuple[datetime, int]]:
+        counts: dict[datetime, int] = {}
+        epoch = datetime(2000, 1, 1, tzinfo=UTC)
+        for job in self.jobs_get_due_batch(shards, horizon, cap):
+            end = epoch + ((job.next_run_at - epoch) // bucket + 1) * bucket
+            counts[end] = counts.get(end, 0) + 1
+        return sorted(counts.items())
+
+    def runs_insert_many(
+        self, runs: Sequence[NewRun], tokens: Mapping[int, int] | None = None
+    ) -> set[uuid.UUID]:
+        inserted = set()
+        for run in runs:
+            key = (run.job_id, run.scheduled_for)
+            if key in self._s.runs or not _fenced(self._s, run.shard_id, tokens):
+                continue
+            self._s.runs[key] = FakeRun(run)
+            inserted.add(run.run_id)
+        return inserted
+
+    def jobs_advance_many(
+        self,
+        advances: Sequence[tuple[str, datetime | None, datetime | None]],
+        tokens: Mapping[int, int] | None = None,
+    ) -> int:
+        moved = 0
+        for job_id, next_run_at, last in advances:
+            job = self._s.jobs.get(job_id)
+            if job is None or not _fenced(self._s, job.shard_id, tokens):
+                continue
+            self._s.jobs[job_id] = replace(
+                job,
+                next_run_at=next_run_at,  # type: ignore[arg-type]  # None: finished
+                last_scheduled_for=last or job.last_scheduled_for,
+            )
+            moved += 1
+        return moved
+
+    def runs_ensure_partition(self, day: date) -> None:
+        self._s.partitions.add(day)
+
+    def runs_get_unpublished(self, horizon: datetime, limit: int) -> list[OutboxRun]:
+        rows = sorted(
+            (
+                r
+                for r in self._s.runs.values()
+                if r.state == "scheduled" and not r.published and r.run.due_at <= horizon
+            ),
+            key=lambda r: r.run.due_at,
+        )[:limit]
+        out = []
+        for row in rows:
+            job = self._s.jobs.get(row.run.job_id)
+            out.append(
+                OutboxRun(
+                    run_id=row.run.run_id,
+                    job_id=row.run.job_id,
+                    tenant=row.run.tenant,
+                    target_service=row.run.target_service,
+                    scheduled_for=row.run.scheduled_for,
+                    due_at=row.run.due_at,
+                    attempt=0,
+                    max_attempts=row.run.max_attempts,
+                    target=job.target if job else None,
+                    lease=job.lease if job else timedelta(seconds=60),
+                    heartbeat_interval=job.heartbeat_interval if job else timedelta(seconds=20),
+                    retry=job.retry if job else RetryPolicy(),
+                )
+            )
+        return out
+
+    def _by_id(self, keys: Sequence[tuple[uuid.UUID, datetime]]) -> list[FakeRun]:
+        wanted = set(keys)
+        return [r for r in self._s.runs.values() if (r.run.run_id, r.run.scheduled_for) in wanted]
+
+    def runs_mark_published_many(self, keys: Sequence[tuple[uuid.UUID, datetime]]) -> int:
+        marked = 0
+        for row in self._by_id(keys):
+            if row.state == "scheduled" and not row.published:
+                row.published = True
+                row.publish_count += 1
+                marked += 1
+        return marked
+
+    def runs_cancel_orphans(self, keys: Sequence[tuple[uuid.UUID, datetime]]) -> int:
+        rows = [r for r in self._by_id(keys) if r.state == "scheduled"]
+        for row in rows:
+            row.state = "cancelled"
+        return len(rows)
+
+    def runs_sweep_lost(
+        self,
+        *,
+        grace: timedelta,
+        max_grace: timedelta,
+        margin: timedelta,
+        limit: int,
+        scan_limit: int,
+    ) -> list[tuple[uuid.UUID, str]]:
+        return []  # the sweeper's rule is tested on PostgreSQL (tests/integration)
+
+    def targets_limits(self) -> dict[str, TargetLimit]:
+        return {}
+
+    def target_forecast_read(
+        self, names: Sequence[str], first: int, last: int
+    ) -> dict[tuple[str, int], int]:
+        return {}
+
+    def target_forecast_add(self, added: Mapping[tuple[str, int], int]) -> None:
+        return None
+
+    def target_forecast_prune(self, before: int) -> None:
+        return None
+
+
+@dataclass
+class FakeProducer:
+    """confluent-kafka's produce / poll / flush: records are acknowledged on flush, or all fail
+    while ``fail`` is set."""
+
+    fail: bool = False
+    records: list[tuple[str, bytes | None, bytes | None]] = field(default_factory=list)
+    _pending: list[tuple[Callable[[Any, Any], None] | None, Any]] = field(default_factory=list)
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        *,
+        headers: Any = None,
+        on_delivery: Callable[[Any, Any], None] | None = None,
+    ) -> None:
+        self._pending.append((on_delivery, (topic, value, key)))
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        pending, self._pending = self._pending, []
+        for report, record in pending:
+            if not self.fail:
+                self.records.append(record)
+            if report is not None:
+                report("broker away (fake)" if self.fail else None, record)
+        return 0

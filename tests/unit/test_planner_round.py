@@ -1,0 +1,180 @@
+"""The planner's round on its in-memory twins (tests/fakes/planner_store.py): what ``run_once(now)``
+plans, publishes and refuses, in SKIP LOCKED mode and in etcd mode with the shard fence."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from duetime.bus.topics import TopicCatalog
+from duetime.model import HttpTarget
+from duetime.schedule import RetryPolicy, ScheduleSpec
+from duetime.sharding import shard_for
+from duetime.store.rows import DueJob
+from duetime_planner.config import PlannerConfig
+from duetime_planner.planner import Planner
+from tests.fakes.planner_store import FakePlannerStore, FakeProducer
+
+NOW = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
+EVERY_10S = ScheduleSpec(kind="interval", expression="PT10S", time_zone="UTC")
+CONFIG = PlannerConfig(
+    lookahead=timedelta(seconds=30), max_lookahead=timedelta(seconds=30), batch_size=50
+)
+
+
+def _job(job_id: str, *, next_run_at: datetime = NOW, catch_up: str = "once") -> DueJob:
+    return DueJob(
+        job_id=job_id,
+        tenant="t",
+        schedule=EVERY_10S,
+        window=timedelta(0),
+        catch_up=catch_up,
+        max_catch_up=100,
+        target_service="svc",
+        max_attempts=3,
+        next_run_at=next_run_at,
+        last_scheduled_for=None,
+        target=HttpTarget(url="https://example.test/hook"),
+        lease=timedelta(seconds=60),
+        heartbeat_interval=timedelta(seconds=20),
+        retry=RetryPolicy(),
+        shard_id=shard_for(job_id),
+    )
+
+
+@dataclass
+class _Owner:
+    """A ShardOwner whose answer the test sets (what etcd granted, or nothing once lapsed)."""
+
+    tokens: dict[int, int] = field(default_factory=dict)
+    asked_at: list[float] = field(default_factory=list)
+
+    def current(self, now: float) -> Mapping[int, int]:
+        self.asked_at.append(now)
+        return self.tokens
+
+
+def _planner(
+    store: FakePlannerStore, owner: _Owner | None = None, member: str = "p1"
+) -> tuple[Planner, FakeProducer]:
+    producer = FakeProducer()
+    planner = Planner(
+        store,
+        producer,
+        TopicCatalog("t."),
+        CONFIG,
+        monotonic=lambda: 0.0,
+        ownership=owner,
+        member=member,
+    )
+    planner.ensure_partitions(NOW.date())
+    return planner, producer
+
+
+def test_skip_locked_round_plans_publishes_and_advances_every_due_job() -> None:
+    store = FakePlannerStore(NOW)
+    for i in range(3):
+        store.add_job(_job(f"job-{i}"))
+    planner, producer = _planner(store)
+    stats = planner.run_once(100.0)
+    # 30 s lookahead, every 10 s from NOW: NOW, +10, +20, +30 for each job.
+    assert stats.jobs_planned == 3
+    assert stats.runs_created == 12
+    assert stats.runs_published == 12
+    assert len(producer.records) == 12
+    assert all(r.published for job in range(3) for r in store.runs_of(f"job-{job}"))
+    assert store.job("job-0").next_run_at == NOW + timedelta(seconds=40)
+    # Nothing is due again until the clock moves: a second round creates nothing.
+    assert planner.run_once(101.0).runs_created == 0
+
+
+def test_catch_up_policy_decides_the_missed_occurrences() -> None:
+    store = FakePlannerStore(NOW)
+    missed_since = NOW - timedelta(minutes=5)  # 30 occurrences missed (an outage)
+    for policy in ("all", "once", "skip"):
+        store.add_job(_job(f"cu-{policy}", next_run_at=missed_since, catch_up=policy))
+    planner, _ = _planner(store)
+    planner.run_once(0.0)
+    # Occurrences older than on_time_grace (60 s) are missed; the 6 within it are on time.
+    missed_before = NOW - CONFIG.on_time_grace
+    missed = {
+        policy: sum(r.run.scheduled_for < missed_before for r in store.runs_of(f"cu-{policy}"))
+        for policy in ("all", "once", "skip")
+    }
+    assert missed == {"all": 24, "once": 1, "skip": 0}
+    on_time = {
+        policy: sum(
+            missed_before <= r.run.scheduled_for < NOW for r in store.runs_of(f"cu-{policy}")
+        )
+        for policy in ("all", "once", "skip")
+    }
+    assert on_time == {"all": 6, "once": 6, "skip": 6}
+
+
+def test_etcd_mode_plans_only_owned_shards_after_claiming_them_in_the_fence() -> None:
+    store = FakePlannerStore(NOW)
+    mine, theirs = _job("mine-1"), _job("theirs-2")
+    assert mine.shard_id != theirs.shard_id
+    store.add_job(mine)
+    store.add_job(theirs)
+    owner = _Owner({mine.shard_id: 41})
+    planner, _ = _planner(store, owner)
+    stats = planner.run_once(7.5)
+    assert owner.asked_at == [7.5]  # the injected instant decides whether the lease holds
+    assert store.fence_row(mine.shard_id) is not None
+    assert store.fence_row(mine.shard_id).token == 41  # type: ignore[union-attr]
+    assert store.runs_of("mine-1") and not store.runs_of("theirs-2")
+    assert stats.jobs_planned == 1 and stats.shards_refused == 0
+
+
+def test_a_planner_whose_lease_lapsed_plans_nothing() -> None:
+    store = FakePlannerStore(NOW)
+    store.add_job(_job("mine-1"))
+    planner, producer = _planner(store, _Owner({}))
+    stats = planner.run_once(0.0)
+    assert stats.jobs_planned == 0 and not store.runs_of("mine-1")
+    assert not producer.records
+    assert store.fence_row(shard_for("mine-1")) is None
+
+
+def test_a_stale_owner_is_refused_by_the_fence_and_the_refusal_is_counted() -> None:
+    store = FakePlannerStore(NOW)
+    job = _job("contested")
+    store.add_job(job)
+    stale, _ = _planner(store, _Owner({job.shard_id: 10}), member="old")
+    stale.run_once(0.0)
+    planned = len(store.runs_of("contested"))
+    # A newer owner claims the shard (etcd gave it a larger token) and plans it on.
+    store.clock = NOW + timedelta(seconds=20)
+    new, _ = _planner(store, _Owner({job.shard_id: 25}), member="new")
+    new.run_once(0.0)
+    after_new = len(store.runs_of("contested"))
+    assert after_new > planned
+    # The old owner still believes its token (paused between its lease check and its write).
+    store.clock = NOW + timedelta(seconds=40)
+    stats = stale.run_once(1.0)
+    assert stats.shards_refused == 1 and stats.jobs_planned == 0
+    assert len(store.runs_of("contested")) == after_new
+    row = store.fence_row(job.shard_id)
+    assert row is not None and row.token == 25 and row.owner == "new" and row.rejected == 1
+
+
+def test_writes_carry_the_token_so_a_raised_fence_refuses_them_inside_the_transaction() -> None:
+    store = FakePlannerStore(NOW)
+    job = _job("raced")
+    store.add_job(job)
+    with store.tx() as tx:
+        assert tx.shards_claim("a", {job.shard_id: 5}) == {job.shard_id}
+    with store.tx() as tx:
+        assert tx.shards_claim("b", {job.shard_id: 9}) == {job.shard_id}
+        assert tx.shards_claim("a", {job.shard_id: 5}) == set()  # never lowered
+    with store.tx() as tx:
+        assert (
+            tx.jobs_advance_many([("raced", NOW + timedelta(hours=1), None)], {job.shard_id: 5})
+            == 0
+        )
+        assert (
+            tx.jobs_advance_many([("raced", NOW + timedelta(hours=1), None)], {job.shard_id: 9})
+            == 1
+        )
