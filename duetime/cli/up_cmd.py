@@ -1,4 +1,4 @@
-"""``duetime up [--demo]``: the embedded stack, migrations and all four services, supervised.
+"""``duetime up [--demo]``: the embedded stack, migrations, the four services and the API.
 
 Ctrl-C, SIGTERM or SIGHUP, once or any number of times, stops the services (SIGTERM, then SIGKILL
 after a grace period) and the parts of the stack this command started; nothing is left running.
@@ -29,9 +29,10 @@ from duetime_infra.processes import child_record
 
 from .demo import DemoTarget, demo_jobs
 from .supervisor import STOP_GRACE, Supervisor
+from .up_api import DEFAULT_API_PORT, ApiAccess, prepare_api
 from .up_record import UpClaim, UpRecord, stop_services
 
-SERVICES = ("planner", "dispatcher", "worker", "reaper")
+SERVICES = ("planner", "dispatcher", "worker", "reaper", "api")
 # The services that serve /metrics (docs/metrics.md), each process on a port of its own.
 METRICS_SERVICES = ("planner", "dispatcher", "worker", "reaper")
 METRICS_BASE_ENV = "DUETIME_METRICS_PORT_BASE"
@@ -46,6 +47,13 @@ def register(sub: Any) -> None:
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument(
         "--summary-every", type=float, default=10.0, help="seconds between run summaries"
+    )
+    parser.add_argument(
+        "--api-port",
+        type=int,
+        default=None,
+        help=f"port of the REST API (env DUETIME_API_PORT; default: the last one, else "
+        f"{DEFAULT_API_PORT}, else any free one)",
     )
     parser.add_argument(
         "--planners",
@@ -151,6 +159,7 @@ def _start_services(
         # The demo target listens on 127.0.0.1, which workers refuse unless allowed.
         env["DUETIME_ALLOW_PRIVATE_TARGETS"] = "1"
     command = [sys.executable, "-m", "duetime.cli.main", "service"]
+    api = _prepare_api(args, data_dir, urls)
     counts = {
         "planner": _count(args.planners, "DUETIME_PLANNERS"),
         "dispatcher": _count(args.dispatchers, "DUETIME_DISPATCHERS"),
@@ -160,11 +169,14 @@ def _start_services(
         for instance in range(counts.get(name, 1)):
             label = name if instance == 0 else f"{name}-{instance}"
             extra = ["--instance", str(instance)] if name == "dispatcher" else []
+            if name == "api":
+                extra = ["--host", api.host, "--port", str(api.port)]
             metrics = ports.env_for(label) if name in METRICS_SERVICES else {}
             sup.add(label, [*command, name, *extra], {**env, **metrics})
     for label, url in ports.urls.items():
         sup.say("duetime", f"metrics.url name={label} url={url}")
     sup.start_all()
+    sup.say("duetime", f"api.url url={api.url} docs={api.url}/docs admin_token_file={api.file}")
     store = Store(urls.database_url, pool_size=1, application_name="duetime-up")
     if demo is not None:
         with store.tx() as tx:
@@ -193,6 +205,17 @@ class _MetricsPorts:
         port, self._next = self._next, self._next + 1
         self.urls[label] = f"http://{LOOPBACK}:{port}/metrics"
         return {METRICS_PORT_ENV: str(port), METRICS_HOST_ENV: LOOPBACK}
+
+
+def _prepare_api(args: argparse.Namespace, data_dir: Path, urls: StackUrls) -> ApiAccess:
+    """The API's port and admin token, written to ``<data dir>/api.json`` (``up_api``)."""
+    raw = os.environ.get("DUETIME_API_PORT", "")
+    port = args.api_port if args.api_port is not None else (int(raw) if raw.isdigit() else None)
+    store = Store(urls.database_url, pool_size=1, application_name="duetime-up")
+    try:
+        return prepare_api(data_dir, store, port=port)
+    finally:
+        store.close()
 
 
 class _StopRequested(Exception):

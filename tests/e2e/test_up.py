@@ -1,6 +1,7 @@
 """``duetime up --demo`` as a user runs it: demo runs succeed, the failing job goes dead, the
-reaper's consumer group commits offsets on ``runs.heartbeats``, and one SIGINT (Ctrl-C) stops
-every service and server it started."""
+reaper's consumer group commits offsets on ``runs.heartbeats``, the REST API answers with the
+admin token of ``api.json`` (mode 0600), and one SIGINT (Ctrl-C) stops every service and server
+it started."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
@@ -96,8 +98,9 @@ def test_up_demo_runs_and_ctrl_c_leaves_nothing_behind(tmp_path: Path) -> None:
         for component in stack["components"].values():
             if component.get("process"):
                 pids.add(int(component["process"]["pid"]))
-        assert len(pids) == 7, text  # four services, three servers
+        assert len(pids) == 8, text  # four services, the API, three servers
         assert all(_alive(pid) for pid in pids)
+        _check_api(tmp_path / "data" / "api.json", text)
     finally:
         if store is not None:
             store.close()
@@ -107,4 +110,34 @@ def test_up_demo_runs_and_ctrl_c_leaves_nothing_behind(tmp_path: Path) -> None:
     assert not [pid for pid in pids if _alive(pid)], log_path.read_text()
     text = log_path.read_text()
     assert "stack.stopped" in text
-    assert text.count("service.stopped") == 4
+    assert text.count("service.stopped") == 5
+    # The admin token is in api.json only: never on the terminal.
+    assert json.loads((tmp_path / "data" / "api.json").read_text())["admin_token"] not in text
+
+
+def _check_api(api_file: Path, log: str) -> None:
+    """The URL printed and written, the file only the owner can read, the token valid."""
+    assert api_file.stat().st_mode & 0o777 == 0o600
+    access = json.loads(api_file.read_text())
+    assert f"api.url url={access['url']} " in log, log
+    headers = {"Authorization": f"Bearer {access['admin_token']}"}
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            whoami = httpx.get(f"{access['url']}/v1/whoami", headers=headers, timeout=5)
+            break
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, log
+            time.sleep(0.2)
+    assert whoami.status_code == 200 and whoami.json()["admin"] is True
+    dead = httpx.get(
+        f"{access['url']}/v1/runs",
+        params={"job_id": "demo-always-fails", "state": "dead"},
+        headers=headers,
+        timeout=10,
+    ).json()
+    assert dead["items"] and dead["items"][0]["attempt"] == 3
+    detail = httpx.get(
+        f"{access['url']}/v1/runs/{dead['items'][0]['run_id']}", headers=headers, timeout=10
+    ).json()
+    assert [a["status"] for a in detail["attempts"]] == ["failed", "failed", "failed"]

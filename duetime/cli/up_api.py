@@ -1,0 +1,96 @@
+"""The REST API under ``duetime up``: its port, its admin token, and ``<data dir>/api.json``.
+
+``api.json`` holds ``{"url": ..., "admin_token": ...}`` with file mode 0600 (written through a
+temporary file created 0600, then renamed, so the token is never readable by others, not even
+for a moment). A later ``duetime up`` on the same data dir keeps the token while it is valid
+(not revoked, same database) and the port while it is free, so scripts and bookmarks keep
+working across restarts. The token is printed nowhere: ``duetime up`` prints the URL and the
+file's path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from duetime.store import Store
+from duetime.store.tokens import tokens_authenticate, tokens_create
+from duetime_infra.ports import find_free_port, port_is_free
+
+__all__ = ["API_FILE", "DEFAULT_API_PORT", "ApiAccess", "prepare_api"]
+
+API_FILE = "api.json"
+#: The port ``duetime up`` gives the API when it is free (else any free one).
+DEFAULT_API_PORT = 8470
+
+
+@dataclass(frozen=True)
+class ApiAccess:
+    host: str
+    port: int
+    admin_token: str
+    file: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def __repr__(self) -> str:
+        return f"ApiAccess(url={self.url!r}, file={str(self.file)!r})"
+
+
+def _read(path: Path) -> dict[str, str]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, str)} if isinstance(data, dict) else {}
+
+
+def _choose_port(host: str, requested: int | None, previous_url: str | None) -> int:
+    if requested:
+        return requested  # asked for: a port in use is then the API's error to report
+    candidates = []
+    if previous_url:
+        with contextlib.suppress(ValueError):
+            if (port := urlsplit(previous_url).port) is not None:
+                candidates.append(port)
+    candidates.append(DEFAULT_API_PORT)
+    for port in candidates:
+        if port_is_free(port, host):
+            return port
+    return find_free_port(host)
+
+
+def prepare_api(
+    data_dir: Path, store: Store, *, host: str = "127.0.0.1", port: int | None = None
+) -> ApiAccess:
+    """Pick the port, make sure of an admin token, and write ``api.json`` (mode 0600)."""
+    path = data_dir / API_FILE
+    previous = _read(path)
+    token = previous.get("admin_token", "")
+    with store.tx() as tx:
+        valid = token and tokens_authenticate(tx.conn, token)
+        if not valid or valid.tenant is not None:
+            issued, _record = tokens_create(tx.conn, tenant=None, name="duetime up")
+            token = issued.token
+    access = ApiAccess(host, _choose_port(host, port, previous.get("url")), token, path)
+    write_api_file(access)
+    return access
+
+
+def write_api_file(access: ApiAccess) -> None:
+    access.file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = access.file.with_suffix(".json.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        json.dump({"url": access.url, "admin_token": access.admin_token}, out, indent=2)
+        out.write("\n")
+    tmp.chmod(0o600)  # whatever the umask did
+    tmp.replace(access.file)
