@@ -9,6 +9,7 @@ data dir is ``DUETIME_DATA_DIR`` or ``.duetime`` in the current directory. That 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,7 @@ __all__ = [
 
 STACK_ENV_FILE = "stack.env"
 _KEYS = ("DUETIME_DATABASE_URL", "DUETIME_KAFKA_BOOTSTRAP", "DUETIME_ETCD_ENDPOINTS")
+_CLIENT_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class Settings:
     # "local" tunes Kafka clients for the embedded broker (fast joins, short fetch waits);
     # "prod" keeps client defaults that suit a real cluster.
     profile: str = "local"
+    # The ``client.id`` of this process's Kafka clients: what broker logs, quotas and ACLs name.
+    kafka_client_id: str = "duetime"
     data_dir: Path = field(default_factory=lambda: default_data_dir())
 
     def require_database(self) -> str:
@@ -93,11 +97,18 @@ def load_settings(data_dir: Path | None = None, env: dict[str, str] | None = Non
     profile = environ.get("DUETIME_PROFILE", "local")
     if profile not in ("local", "prod"):
         raise ConfigError(f"DUETIME_PROFILE must be 'local' or 'prod', not {profile!r}")
+    client_id = environ.get("DUETIME_KAFKA_CLIENT_ID", "duetime")
+    if not _CLIENT_ID.fullmatch(client_id):
+        raise ConfigError(
+            "DUETIME_KAFKA_CLIENT_ID must be 1 to 249 of the characters A-Z a-z 0-9 . _ -, "
+            f"not {client_id!r}"
+        )
     return Settings(
         database_url=pick(_KEYS[0]),
         kafka_bootstrap=pick(_KEYS[1]),
         etcd_endpoints=pick(_KEYS[2]),
         topic_prefix=environ.get("DUETIME_TOPIC_PREFIX", "duetime."),
         profile=profile,
+        kafka_client_id=client_id,
         data_dir=directory,
     )

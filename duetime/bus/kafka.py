@@ -37,6 +37,7 @@ Headers = list[tuple[str, str | bytes | None]]
 def producer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
     config: dict[str, Any] = {
         "bootstrap.servers": settings.require_kafka(),
+        "client.id": settings.kafka_client_id,
         # Off on the embedded broker: it keeps producer ids in memory, and after a restart it
         # answers UNKNOWN_PRODUCER_ID to a live idempotent producer forever (librdkafka bumps the
         # epoch and retries, every record times out), so no service could publish again until
@@ -57,6 +58,7 @@ def producer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
 def consumer_config(settings: Settings, group_id: str, **overrides: Any) -> dict[str, Any]:
     config: dict[str, Any] = {
         "bootstrap.servers": settings.require_kafka(),
+        "client.id": settings.kafka_client_id,
         "group.id": group_id,
         "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
