@@ -130,7 +130,7 @@ class Up:
 def _wait_running(up: Up) -> None:
     """Up, and every service past its start-up (signal handlers installed)."""
     up.wait_for("up.ready")
-    for name in ("planner", "dispatcher", "worker", "reaper"):
+    for name in ("planner", "dispatcher", "worker", "reaper", "api"):
         up.wait_for(f"{name}.started")
 
 
@@ -146,7 +146,7 @@ def up(tmp_path: Path) -> Iterator[Up]:
 def test_any_number_of_signals_to_the_group_stops_everything(up: Up) -> None:
     _wait_running(up)
     pids = up.pids()
-    assert len(pids) >= 7 + 2, up.text()  # four services, three servers, their children
+    assert len(pids) >= 8 + 2, up.text()  # four services, the API, three servers, children
 
     # A second up on the same data dir refuses to start, naming the first.
     second = subprocess.run(
@@ -169,7 +169,7 @@ def test_any_number_of_signals_to_the_group_stops_everything(up: Up) -> None:
     # Two signals sent together may arrive as one; the one sent later is counted on its own.
     received = re.search(r"up\.stopped signals=(\d+)", text)
     assert received is not None and int(received.group(1)) >= 2, text
-    assert text.count("service.stopped") == 4
+    assert text.count("service.stopped") == 5
     assert "stack.stopped" in text
     assert not (up.data_dir / RECORD_FILE).exists()
 

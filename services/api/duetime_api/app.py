@@ -6,12 +6,14 @@ transaction through the store. ``/openapi.json`` describes them; ``/healthz`` ne
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
 from duetime.config import Settings
+from duetime.logs import event
 from duetime.store import Store
 
 from . import jobs, runs, stats
@@ -22,12 +24,16 @@ from .stats import LagProbes
 
 __all__ = ["create_app"]
 
+log = logging.getLogger("duetime.api")
+
 
 def create_app(store: Store, settings: Settings) -> FastAPI:
     """The application; ``store`` and the lag probes live as long as it does."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Logged once the server is past its start-up, its stop signals handled (service.py).
+        event(log, "api.started")
         try:
             yield
         finally:
