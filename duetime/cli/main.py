@@ -27,6 +27,7 @@ _COMMAND_MODULES = (
     "duetime.cli.tenants_cmd",
     "duetime.cli.alerts_cmd",
     "duetime.cli.tokens_cmd",
+    "duetime.cli.shards_cmd",
     "duetime.cli.service_cmd",
     "duetime.cli.up_cmd",
 )

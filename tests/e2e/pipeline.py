@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,16 +50,22 @@ class Pipeline:
         self.store = Store(database_url, pool_size=2, application_name="duetime-test")
 
     def start(
-        self, name: str, *, instance: str | None = None, env: dict[str, str] | None = None
+        self,
+        name: str,
+        *,
+        instance: str | None = None,
+        env: dict[str, str] | None = None,
+        args: Sequence[str] = (),
     ) -> subprocess.Popen[bytes]:
         """Start service ``name``; ``instance`` names a second copy (its key and log file);
-        ``env`` adds variables for this service alone (its metrics port)."""
+        ``env`` adds variables for this service alone (its metrics port); ``args`` come after
+        the usual ones, so they win."""
         key = instance or name
         log = (self.log_dir / f"{key}.log").open("ab")
         # Supervised by the test process as duetime up supervises them: they stop when it dies,
         # so a test session that is killed leaves no service behind.
         process = subprocess.Popen(
-            [sys.executable, "-m", "duetime.cli.main", "service", name, *SERVICE_ARGS[name]],
+            [sys.executable, "-m", "duetime.cli.main", "service", name, *SERVICE_ARGS[name], *args],
             env={**self.env, **(env or {}), SUPERVISOR_PID_ENV: str(os.getpid())},
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -60,6 +60,13 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--tick", type=float, default=0.5, help="loop period in seconds")
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
     parser.add_argument(
+        "--on-time-grace",
+        type=float,
+        default=defaults.on_time_grace.total_seconds(),
+        help="an occurrence older than this many seconds when planned counts as missed, and its "
+        "job's catch-up policy decides (default 60)",
+    )
+    parser.add_argument(
         "--shard-mode",
         choices=("auto", "etcd", "skip-locked"),
         default="auto",
@@ -100,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_lookahead=timedelta(seconds=max(args.max_lookahead, args.lookahead)),
         tick_interval=timedelta(seconds=args.tick),
         batch_size=args.batch_size,
+        on_time_grace=timedelta(seconds=args.on_time_grace),
     )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
