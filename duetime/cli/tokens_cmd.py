@@ -1,18 +1,21 @@
-"""``duetime tokens create|revoke|list``: bearer tokens of the REST API (docs/api.md).
+"""``duetime tokens create|revoke|list|topic-key``: bearer tokens of the REST API (docs/api.md).
 
 ``create`` prints the new token once, on stdout, and nothing else keeps it: the database holds
 only its SHA-256. ``revoke`` takes the token's id (the 12 characters after ``dt_``, shown by
-``list``), so a token never has to be pasted into a command line to be revoked.
+``list``), so a token never has to be pasted into a command line to be revoked. ``topic-key``
+prints the key a tenant's producers sign jobs-topic records with (``duetime.jobs_guard``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from duetime.api_tokens import TOKEN_ID_PATTERN, parse_token
-from duetime.errors import InvalidInput, NotFound
+from duetime.errors import ConfigError, InvalidInput, NotFound
 from duetime.jobdef import TENANT_PATTERN
+from duetime.jobs_guard import SECRET_ENV, tenant_key
 from duetime.store import tokens
 
 from ._output import print_json, print_table
@@ -38,6 +41,11 @@ def register(sub: Any) -> None:
     listing.add_argument("--tenant", default=None)
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(func=_list)
+    topic_key = commands.add_parser(
+        "topic-key", help=f"a tenant's key for signing jobs-topic records (from {SECRET_ENV})"
+    )
+    topic_key.add_argument("--tenant", required=True)
+    topic_key.set_defaults(func=_topic_key)
 
 
 def _create(args: argparse.Namespace) -> int:
@@ -87,6 +95,19 @@ def _list(args: argparse.Namespace) -> int:
         print_json(rows)
     else:
         print_table(rows, _COLUMNS)
+    return 0
+
+
+def _topic_key(args: argparse.Namespace) -> int:
+    """The key a tenant's producers sign jobs-topic records with (``duetime.jobs_guard``)."""
+    if not TENANT_PATTERN.match(args.tenant):
+        raise InvalidInput(
+            "--tenant", "use 1-63 characters from a-z 0-9 _ - (first: letter or digit)"
+        )
+    secret = os.environ.get(SECRET_ENV, "")
+    if not secret:
+        raise ConfigError(f"{SECRET_ENV} is not set: there is no key to derive")
+    print(tenant_key(secret, args.tenant))
     return 0
 
 

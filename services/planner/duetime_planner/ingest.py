@@ -12,6 +12,9 @@ is stored. Those rejections are produced after the write commits; a crash before
 acknowledged replays the batch, which decides each such record again (stored records come back
 ``unchanged``), so none is lost.
 
+With ``DUETIME_JOBS_TOPIC_SECRET`` set, only signed records pass, each changing its own tenant's
+jobs (``guard``, ``duetime.jobs_guard``); the others go to ``jobs.rejected`` (field ``tenant``).
+
 A consumed batch is written through the same bulk path as ``duetime jobs apply``
 (``store.jobs.jobs_apply``: a few statements per batch, the same job twice in a batch resolved in
 topic order) and logged once per batch; each job's outcome is logged at DEBUG only.
@@ -39,6 +42,8 @@ from duetime.schedule import ScheduleCache
 from duetime.store import Store
 from duetime.store.jobs import jobs_apply
 
+from .guard import JobsTopicGuard
+
 __all__ = ["IngestStats", "JobIngest"]
 
 log = logging.getLogger("duetime.planner.ingest")
@@ -59,6 +64,7 @@ class JobIngest:
         producer: Producer,
         catalog: TopicCatalog,
         batch_size: int = 5000,
+        guard: JobsTopicGuard | None = None,
     ) -> None:
         self.store = store
         self.consumer = consumer
@@ -66,6 +72,7 @@ class JobIngest:
         self.catalog = catalog
         self.batch_size = batch_size
         self.cache = ScheduleCache()
+        self.guard = guard
         consumer.subscribe([catalog.jobs])
 
     def run_once(self, timeout: float = 0.0) -> IngestStats:
@@ -88,6 +95,8 @@ class JobIngest:
                 field = exc.field if isinstance(exc, InvalidInput) else ""
                 reason = exc.reason if isinstance(exc, InvalidInput) else str(exc)
                 rejected.append((position, _rejection(msg, field, reason)))
+        if self.guard is not None and accepted:
+            accepted, sources = self._guard_owners(accepted, sources, rejected)
         stored = 0
         if accepted:
             with self.store.tx() as tx:
@@ -128,7 +137,27 @@ class JobIngest:
         key = msg.key()
         if key is not None and key.decode("utf-8", "replace") != item.job_id:
             raise InvalidInput("job_id", "does not match the record key")
+        if self.guard is not None:
+            self.guard.admit(msg, item)
         return item
+
+    def _guard_owners(
+        self,
+        accepted: list[JobDefinition | JobTombstone],
+        sources: list[tuple[int, Any]],
+        rejected: list[tuple[int, JobRejected]],
+    ) -> tuple[list[JobDefinition | JobTombstone], list[tuple[int, Any]]]:
+        """Leave out (to ``rejected``) the records that would change another tenant's job."""
+        assert self.guard is not None
+        with self.store.tx() as tx:
+            stored = tx.jobs_get_versions(list({item.job_id for item in accepted}))
+        pairs = [(msg, item) for (_position, msg), item in zip(sources, accepted, strict=True)]
+        refusals = self.guard.owner_refusals(pairs, stored)
+        for index, reason in refusals.items():
+            position, msg = sources[index]
+            rejected.append((position, _rejection(msg, "tenant", reason)))
+        keep = [i for i in range(len(accepted)) if i not in refusals]
+        return [accepted[i] for i in keep], [sources[i] for i in keep]
 
     def _publish_rejections(self, rejected: list[JobRejected]) -> None:
         tracker = DeliveryTracker(self.producer)

@@ -32,6 +32,7 @@ from duetime.metrics import serve_metrics
 from duetime.store import Store
 
 from .config import PlannerConfig
+from .guard import SECRET_ENV, JobsTopicGuard
 from .ingest import JobIngest
 from .metrics import PlannerMetrics
 from .planner import Planner
@@ -128,7 +129,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     planner = Planner(
         store, producer, catalog, config, monotonic=time.monotonic, ownership=owner, member=member
     )
-    ingest = JobIngest(store, consumer, producer, catalog, batch_size=config.batch_size)
+    guard = JobsTopicGuard.from_env()
+    if guard is None:
+        # Anyone who may produce to the jobs topic writes any tenant (docs/api.md).
+        event(log, "jobs.guard_off", reason=f"{SECRET_ENV} is not set")
+    ingest = JobIngest(
+        store, consumer, producer, catalog, batch_size=config.batch_size, guard=guard
+    )
     event(
         log,
         "planner.started",
