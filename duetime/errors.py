@@ -12,6 +12,7 @@ Drivers' errors (psycopg, confluent-kafka, aetcd) are translated at the adapter 
     ├── ConfigError             settings that cannot work (missing URL, bad port)
     ├── StackError              the embedded stack could not start or stop a component
     ├── StoreError              PostgreSQL failed (connection, constraint we did not expect)
+    │   └── DataRefused         ... because of the data itself (a check, a type, a key)
     ├── BusError                the Kafka-protocol broker failed (delivery, topic creation)
     │   └── CodecError          a record that does not decode against its Avro schema
     ├── CoordError              etcd failed (unreachable, timed out) while shards were coordinated
@@ -25,6 +26,7 @@ __all__ = [
     "CodecError",
     "ConfigError",
     "CoordError",
+    "DataRefused",
     "DuetimeError",
     "InvalidInput",
     "JobDefinitionError",
@@ -88,6 +90,11 @@ class StackError(DuetimeError):
 
 class StoreError(DuetimeError):
     """PostgreSQL failed in a way the caller cannot fix by changing its input."""
+
+
+class DataRefused(StoreError):
+    """PostgreSQL refused the data itself (a check, a type, a key): not an outage, so a batch
+    written without the offending record would succeed."""
 
 
 class BusError(DuetimeError):

@@ -110,6 +110,13 @@ def _number(value: Any, field: str, *, low: float, high: float, integer: bool = 
     return float(value)
 
 
+def _flag(value: Any, field: str) -> bool:
+    # Not bool(value): the string "false" would be true.
+    if not isinstance(value, bool):
+        raise _fail(field, f"must be true or false, not {value!r}")
+    return value
+
+
 def _choice(value: Any, field: str, choices: Sequence[str]) -> str:
     if value not in choices:
         raise _fail(field, f"must be one of {', '.join(choices)}, not {value!r}")
@@ -314,7 +321,11 @@ def _parse_retry(value: Any, field: str) -> RetryPolicy:
 def default_target_service(target: Target) -> str:
     """The throttling key when a job names none: the URL's host, or ``kafka:<topic>``."""
     if isinstance(target, HttpTarget):
-        return (urlsplit(target.url).hostname or "unknown").lower()
+        try:
+            host = urlsplit(target.url).hostname
+        except ValueError:
+            host = None  # an invalid URL: validate_job names the field
+        return (host or "unknown").lower()
     return f"kafka:{target.topic}"
 
 
@@ -354,7 +365,7 @@ def parse_job(data: Any, field: str = "job") -> JobDefinition:
         heartbeat_interval=_seconds(
             obj, "heartbeat_seconds", f"{field}.heartbeat_seconds", 20, 0.1, 1200
         ),
-        paused=bool(obj.get("paused", False)),
+        paused=_flag(obj.get("paused", False), f"{field}.paused"),
         # 0 = "the stored version + 1", resolved when the job is written (CLI / API writes).
         version=int(_number(obj["version"], f"{field}.version", low=1, high=2**62))
         if "version" in obj
@@ -377,6 +388,7 @@ def validate_job(job: JobDefinition, field: str = "job") -> JobDefinition:
         _VALIDATED.get(job.schedule)
     except InvalidInput as exc:
         raise _fail(f"{field}.schedule.{exc.field}", exc.reason) from exc
+    _check_bounds(job, field)
     if job.heartbeat_interval >= job.lease:
         raise _fail(f"{field}.heartbeat_seconds", "must be shorter than lease_seconds")
     if job.retry.max_interval < job.retry.initial_interval:
@@ -388,6 +400,36 @@ def validate_job(job: JobDefinition, field: str = "job") -> JobDefinition:
     return job
 
 
+# The numeric bounds of a job, checked on every path (files, the API, the jobs topic): a record on
+# the topic carries milliseconds and integers a file never could, such as a 1 ms lease.
+_DAY = 86_400.0
+
+
+def _check_bounds(job: JobDefinition, field: str) -> None:
+    retry = job.retry
+    seconds: list[tuple[str, timedelta, float, float]] = [
+        ("window_seconds", job.window, 0, _DAY),
+        ("lease_seconds", job.lease, 1, 3600),
+        ("heartbeat_seconds", job.heartbeat_interval, 0.1, 1200),
+        ("retry.initial_interval_seconds", retry.initial_interval, 0.01, _DAY),
+        ("retry.max_interval_seconds", retry.max_interval, 0.01, 7 * _DAY),
+    ]
+    if isinstance(job.target, HttpTarget):
+        seconds.append(("target.http.timeout_seconds", job.target.timeout, 1, 900))
+    for name, value, low, high in seconds:
+        _within(value.total_seconds(), f"{field}.{name}", low, high)
+    _within(job.max_catch_up, f"{field}.max_catch_up", 1, 10_000)
+    _within(retry.max_attempts, f"{field}.retry.max_attempts", 1, 100)
+    _within(retry.multiplier, f"{field}.retry.multiplier", 1.0, 10.0)
+    _within(retry.jitter, f"{field}.retry.jitter", 0.0, 1.0)
+    _within(job.version, f"{field}.version", 0, 2**62)
+
+
+def _within(value: float, field: str, low: float, high: float) -> None:
+    if not low <= value <= high:  # also false for NaN
+        raise _fail(field, f"must be between {low:g} and {high:g}, not {value:g}")
+
+
 def _validate_target(target: Target, field: str) -> None:
     if isinstance(target, KafkaTarget):
         if not TOPIC_PATTERN.match(target.topic):
@@ -395,7 +437,11 @@ def _validate_target(target: Target, field: str) -> None:
         if len(target.value.encode("utf-8")) > MAX_BODY_BYTES:
             raise _fail(f"{field}.kafka.value", f"is larger than {MAX_BODY_BYTES} bytes")
         return
-    parts = urlsplit(target.url)
+    try:
+        parts = urlsplit(target.url)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as exc:
+        raise _fail(f"{field}.http.url", f"is not a valid URL: {exc}") from exc
     if parts.scheme not in ("http", "https"):
         raise _fail(f"{field}.http.url", "must be an http:// or https:// URL")
     if not parts.hostname:

@@ -76,4 +76,7 @@ def topic_refusal(topic: str, reserved_prefix: str) -> str | None:
         return f"topic {topic!r} is internal to Kafka"
     if reserved_prefix and topic.startswith(reserved_prefix):
         return f"topic {topic!r} is internal to duetime (prefix {reserved_prefix!r})"
+    if not reserved_prefix and (topic == "jobs" or topic.startswith(("jobs.", "runs."))):
+        # Without a prefix duetime's own topics are plain jobs, jobs.rejected and runs.*.
+        return f"topic {topic!r} is one of duetime's own topics (the topic prefix is empty)"
     return None

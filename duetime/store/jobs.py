@@ -63,7 +63,8 @@ CHUNK_SIZE = 5000
 @dataclass(frozen=True)
 class JobWrite:
     job_id: str
-    # created | updated | unchanged (stale version) | deleted | not_found | over_quota
+    # created | updated | unchanged (stale version) | deleted | not_found | over_quota, and
+    # refused (the jobs-topic ingest: PostgreSQL refused the record alone)
     action: str
     version: int
     reason: str = ""  # over_quota: the tenant, its max_jobs and its jobs

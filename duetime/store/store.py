@@ -14,9 +14,9 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 
-from duetime.errors import StoreError
+from duetime.errors import DataRefused, StoreError
 from duetime.flow import TargetLimit
 
 from . import flow
@@ -346,6 +346,8 @@ class Store:
         try:
             with self.engine.begin() as conn:
                 yield Tx(conn)
+        except (DataError, IntegrityError) as exc:
+            raise DataRefused(f"database refused the data: {_first_line(exc)}") from exc
         except SQLAlchemyError as exc:
             raise StoreError(f"database error: {exc.__class__.__name__}: {exc}") from exc
 
@@ -466,3 +468,10 @@ class Store:
         with self.tx() as tx:
             now: datetime = tx._rows("db_clock")[0].now
         return now
+
+
+def _first_line(exc: SQLAlchemyError) -> str:
+    """The driver's message without SQLAlchemy's statement and parameters (they may be long, and
+    they hold the data being refused)."""
+    orig = getattr(exc, "orig", None)
+    return (str(orig) if orig is not None else str(exc)).strip().splitlines()[0]

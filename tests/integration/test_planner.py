@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from sqlalchemy import text
 
-from duetime.bus.kafka import consumer_config, create_topics, producer_config
+from duetime.bus.kafka import consumer_config
 from duetime.bus.records import JOB_DEFINITIONS, JOB_REJECTIONS, RUN_EVENTS
 from duetime.bus.run_headers import epoch_ms, read_routing
 from duetime.bus.topics import TopicCatalog
@@ -26,20 +25,6 @@ from duetime_planner.ingest import IngestStats, JobIngest
 from duetime_planner.planner import Planner
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def env(database_url: str, stack: Any) -> Iterator[tuple[Settings, Store, Producer]]:
-    settings = Settings(
-        database_url=database_url,
-        kafka_bootstrap=stack.kafka_bootstrap,
-        topic_prefix=f"p{uuid.uuid4().hex[:8]}.",
-    )
-    create_topics(settings)
-    store = Store(database_url, pool_size=2)
-    producer = Producer(producer_config(settings))
-    yield settings, store, producer
-    store.close()
 
 
 def _consume_all(settings: Settings, topics: list[str], expected: int) -> list[Any]:

@@ -9,6 +9,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from duetime.bus.records import RUN_EVENTS, RUN_RESULTS
 from duetime.bus.run_headers import routing_headers
 from duetime.errors import StoreError
@@ -197,3 +199,17 @@ def test_a_failed_write_keeps_the_runs_unacked_for_the_next_flush() -> None:
     store.fail = False
     assert asyncio.run(recorder.flush()) == [release]
     assert recorder.pending == 0
+
+
+@pytest.mark.parametrize("topic", ["jobs", "jobs.rejected", "runs.ready", "runs.due.0s"])
+def test_without_a_topic_prefix_duetimes_own_topics_are_still_refused(topic: str) -> None:
+    record = routed(run_event(KafkaTarget(topic=topic, key=None, value="x")))
+    planned, skipped = plan_emission(record, "")
+    assert planned.emission is None
+    assert skipped is not None and "duetime's own topics" in skipped
+
+
+def test_without_a_topic_prefix_other_topics_take_the_fast_path() -> None:
+    record = routed(run_event(KafkaTarget(topic="jobs-of-the-day", key=None, value="x")))
+    planned, skipped = plan_emission(record, "")
+    assert skipped is None and planned.emission is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from duetime.errors import InvalidInput, JobDefinitionError
-from duetime.jobdef import load_job_file, parse_job, parse_jobs
+from duetime.jobdef import load_job_file, parse_job, parse_jobs, validate_job
 from duetime.model import HttpTarget, KafkaTarget, SecretRef
 
 
@@ -71,12 +72,35 @@ def test_kafka_target_and_object_body() -> None:
         ({"retry": {"max_attempts": 0}}, "job.retry.max_attempts"),
         ({"lease_seconds": 10, "heartbeat_seconds": 10}, "job.heartbeat_seconds"),
         ({"colour": "blue"}, "job.colour"),
+        ({"paused": "false"}, "job.paused"),
+        ({"paused": 0}, "job.paused"),
+        ({"target": {"http": {"url": "http://[::1"}}}, "job.target.http.url"),
+        ({"target": {"http": {"url": "https://x.example:99999/"}}}, "job.target.http.url"),
     ],
 )
 def test_bad_definitions_name_the_field(overrides: dict[str, Any], field: str) -> None:
     with pytest.raises(JobDefinitionError) as info:
         parse_job(_job(**overrides))
     assert info.value.field.startswith(field), info.value
+
+
+def test_paused_takes_a_boolean_only() -> None:
+    assert parse_job(_job(paused=True)).paused and not parse_job(_job(paused=False)).paused
+
+
+def test_bounds_hold_for_a_job_built_elsewhere_too() -> None:
+    """validate_job, which the jobs topic and the API use, checks what a file's parse checks."""
+    job = parse_job(_job())
+    with pytest.raises(JobDefinitionError) as info:
+        validate_job(replace(job, max_catch_up=2**31))
+    assert info.value.field == "job.max_catch_up"
+    assert info.value.reason == "must be between 1 and 10000, not 2.14748e+09"
+    with pytest.raises(JobDefinitionError) as info:
+        validate_job(replace(job, window=timedelta(days=2)))
+    assert info.value.field == "job.window_seconds"
+    with pytest.raises(JobDefinitionError) as info:
+        validate_job(replace(job, retry=replace(job.retry, multiplier=50.0)))
+    assert info.value.field == "job.retry.multiplier"
 
 
 def test_file_with_one_bad_job_is_refused_as_a_whole(tmp_path: Path) -> None:

@@ -12,6 +12,13 @@ is stored. Those rejections are produced after the write commits; a crash before
 acknowledged replays the batch, which decides each such record again (stored records come back
 ``unchanged``), so none is lost.
 
+Nothing is lost when the database or the broker fails mid-batch: the consumer is moved back to
+the batch's first record of each partition before the error goes up, so the next round reads the
+same records again (the planner loop retries after a pause). A record that decodes and passes
+validation but is still refused by PostgreSQL (a check, a type, a NUL in a string) does not fail
+its batch: the batch is written again one record per transaction, and the refused record goes to
+``jobs.rejected`` with PostgreSQL's reason, while the others are stored.
+
 With ``DUETIME_JOBS_TOPIC_SECRET`` set, only signed records pass, each changing its own tenant's
 jobs (``guard``, ``duetime.jobs_guard``); the others go to ``jobs.rejected`` (field ``tenant``).
 
@@ -29,18 +36,18 @@ from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from duetime.bus.kafka import DeliveryTracker
 from duetime.bus.records import JOB_DEFINITIONS, JOB_REJECTIONS
 from duetime.bus.topics import TopicCatalog
-from duetime.errors import BusError, CodecError, InvalidInput
+from duetime.errors import BusError, CodecError, DataRefused, InvalidInput
 from duetime.events import JobRejected, JobTombstone
 from duetime.logs import event
 from duetime.model import JobDefinition
 from duetime.schedule import ScheduleCache
 from duetime.store import Store
-from duetime.store.jobs import jobs_apply
+from duetime.store.jobs import JobWrite, jobs_apply
 
 from .guard import JobsTopicGuard
 
@@ -79,6 +86,15 @@ class JobIngest:
         messages = self.consumer.consume(self.batch_size, timeout)
         if not messages:
             return IngestStats()
+        try:
+            return self._ingest(messages)
+        except BaseException:
+            # Not one record of the batch is lost: read them all again next round (those already
+            # stored come back ``unchanged``, rejections already sent are sent again).
+            self._rewind(messages)
+            raise
+
+    def _ingest(self, messages: list[Any]) -> IngestStats:
         accepted: list[JobDefinition | JobTombstone] = []
         sources: list[tuple[int, Any]] = []  # (position in the batch, message) of each accepted
         rejected: list[tuple[int, JobRejected]] = []
@@ -99,11 +115,12 @@ class JobIngest:
             accepted, sources = self._guard_owners(accepted, sources, rejected)
         stored = 0
         if accepted:
-            with self.store.tx() as tx:
-                writes = jobs_apply(tx, accepted, self.cache, partial=True)
+            writes = self._write(accepted)
             for (position, msg), write in zip(sources, writes, strict=True):
                 if write.action == "over_quota":
                     rejected.append((position, _rejection(msg, "tenant", write.reason)))
+                elif write.action == "refused":
+                    rejected.append((position, _rejection(msg, "", write.reason)))
                 else:
                     stored += 1
             actions = Counter(write.action for write in writes)
@@ -128,6 +145,36 @@ class JobIngest:
             if exc.args[0].code() != KafkaError._NO_OFFSET:
                 raise BusError(f"cannot commit jobs-topic offsets: {exc}") from exc
         return IngestStats(accepted=stored, rejected=len(rejected))
+
+    def _write(self, items: list[JobDefinition | JobTombstone]) -> list[JobWrite]:
+        """Store ``items`` in one transaction; when PostgreSQL refuses the data of one of them,
+        one transaction per item instead, and the refused ones come back as ``refused``."""
+        try:
+            with self.store.tx() as tx:
+                return jobs_apply(tx, items, self.cache, partial=True)
+        except DataRefused as batch_error:
+            event(log, "jobs.batch_refused", logging.WARNING, records=len(items), error=batch_error)
+        writes: list[JobWrite] = []
+        for item in items:
+            try:
+                with self.store.tx() as tx:
+                    writes.extend(jobs_apply(tx, [item], self.cache, partial=True))
+            except DataRefused as exc:
+                writes.append(JobWrite(item.job_id, "refused", item.version, str(exc)))
+        return writes
+
+    def _rewind(self, messages: list[Any]) -> None:
+        first: dict[tuple[str, int], int] = {}
+        for msg in messages:
+            if msg.error() is None:
+                key = (msg.topic(), msg.partition())
+                first[key] = min(first.get(key, msg.offset()), msg.offset())
+        for (topic, partition), offset in first.items():
+            try:
+                self.consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException as exc:
+                # The partition went to another planner: it reads from the committed offset.
+                event(log, "jobs.rewind_skipped", logging.WARNING, partition=partition, error=exc)
 
     def _decode(self, msg: Any) -> JobDefinition | JobTombstone:
         value = msg.value()
