@@ -153,6 +153,33 @@ def test_malformed_json_and_parameters_are_400_naming_the_field(api: Api) -> Non
         assert answer.json()["field"] == field, (path, params, answer.json())
 
 
+@pytest.mark.parametrize(
+    ("target", "field", "reason"),
+    [
+        ({"http": {"url": "https://e.com", "body": "a\x00b"}}, "job.target.http.body", "NUL"),
+        ({"kafka": {"topic": "t", "value": "a\x00"}}, "job.target.kafka.value", "NUL"),
+        ({"http": {"url": "https://e.com", "body": "a\ud800"}}, "job.target.http.body", "Unicode"),
+        ({"http": {"url": "https://e.com/\ud800"}}, "job.target.http.url", "Unicode"),
+        (
+            {"http": {"url": "https://e.com", "headers": {"X-A": "\udfff"}}},
+            "job.target.http.headers.X-A",
+            "Unicode",
+        ),
+    ],
+)
+def test_strings_postgresql_cannot_store_are_refused_with_their_field(
+    api: Api, target: dict[str, Any], field: str, reason: str
+) -> None:
+    """NUL and lone surrogates (JSON can carry them) would fail in the driver: a 400 instead."""
+    headers = {**api.token(None), "Content-Type": "application/json"}
+    body = json.dumps(http_job("odd", target=target))  # ASCII escapes: \u0000, \ud800
+    answer = api.client.post("/v1/jobs", content=body, headers=headers)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["field"] == field and reason in answer.json()["message"]
+    deep = api.client.post("/v1/jobs", content="[" * 100_000 + "]" * 100_000, headers=headers)
+    assert deep.status_code == 400 and deep.json()["field"] == "body"
+
+
 def test_pages_follow_the_cursor(api: Api) -> None:
     acme = api.token("acme")
     ids = [f"job-{n:02d}" for n in range(7)]
@@ -242,7 +269,8 @@ def test_tenants_see_only_their_own(api: Api) -> None:
     acme, globex, admin = api.token("acme"), api.token("globex"), api.token(None)
     body = http_job("acme-billing", retry={"max_attempts": 1})
     assert api.client.post("/v1/jobs", json=body, headers=acme).status_code == 201
-    assert api.client.post("/v1/jobs", json=http_job("globex-report"), headers=globex).status_code == 201
+    report = api.client.post("/v1/jobs", json=http_job("globex-report"), headers=globex)
+    assert report.status_code == 201
     run_id = _dead_run(api, "acme-billing", acme)
 
     # Another tenant's job and run are not found, whatever is asked of them: never a 403.

@@ -21,9 +21,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError, IntegrityError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from duetime.errors import DuetimeError, InvalidInput, NotFound, QuotaExceeded
+from duetime.errors import DuetimeError, InvalidInput, NotFound, QuotaExceeded, StoreError
 from duetime.logs import event
 
 __all__ = ["ERROR_RESPONSES", "ApiError", "install_error_handlers"]
@@ -79,6 +80,12 @@ def _location(loc: Any) -> str:
     return ".".join(parts) or "body"
 
 
+def _first_line(exc: BaseException) -> str:
+    """The driver's message without the statement and parameters SQLAlchemy appends."""
+    original = getattr(exc, "orig", None) or exc
+    return str(original).splitlines()[0][:300] if str(original) else type(original).__name__
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
@@ -93,7 +100,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return _answer(exc.status_code, str(exc.detail))
+        # Starlette's own 400 is a body it could not parse (too deeply nested JSON, say).
+        return _answer(exc.status_code, str(exc.detail), "body" if exc.status_code == 400 else None)
 
     @app.exception_handler(QuotaExceeded)
     async def _quota(_request: Request, exc: QuotaExceeded) -> JSONResponse:
@@ -110,6 +118,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(DuetimeError)
     async def _failed(request: Request, exc: DuetimeError) -> JSONResponse:
+        if isinstance(exc, StoreError) and isinstance(exc.__cause__, (DataError, IntegrityError)):
+            # PostgreSQL refused the request's data itself (a check, a type): the request is
+            # at fault, not the database, and sending it again would fail the same way.
+            event(log, "api.data_refused", logging.WARNING, path=request.url.path, error=exc)
+            return _answer(400, f"the database refused the data: {_first_line(exc.__cause__)}")
         # The database or the broker failed: the request was fine, the answer is "try again".
         event(log, "api.request_failed", logging.ERROR, path=request.url.path, error=exc)
         return _answer(503, f"{type(exc).__name__}: try again later")

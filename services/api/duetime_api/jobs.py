@@ -33,7 +33,7 @@ from .models import (
     StateChangeOut,
     TriggerOut,
 )
-from .params import job_id_param, tenant_param, text_param
+from .params import check_strings, job_id_param, tenant_param, text_param
 
 __all__ = ["MAX_BACKFILL_RUNS", "router"]
 
@@ -68,6 +68,7 @@ def job_out(row: Any) -> JobOut:
 
 def _parse(body: Any, caller: Principal, path_id: str | None = None) -> JobDefinition:
     """The request's job, validated like a job file's, in the caller's tenant."""
+    check_strings(body, "job")
     if isinstance(body, Mapping):
         data = dict(body)
         if path_id is not None:

@@ -7,17 +7,47 @@ better answered with its field than looked up.
 
 from __future__ import annotations
 
+from typing import Any
+
 from duetime.errors import InvalidInput, NotFound
 from duetime.jobdef import JOB_ID_PATTERN, TENANT_PATTERN
 
-__all__ = ["job_id_param", "tenant_param", "text_param"]
+__all__ = ["check_strings", "job_id_param", "tenant_param", "text_param"]
+
+_MAX_DEPTH = 64
+
+
+def _storable(value: str, field: str) -> None:
+    """PostgreSQL stores neither NUL nor a lone UTF-16 surrogate (which JSON's \\ud800 can
+    carry): either would fail in the driver, so it is refused here, with its field."""
+    if "\x00" in value:
+        raise InvalidInput(field, "contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(field, "is not valid Unicode (a lone surrogate)") from exc
+
+
+def check_strings(value: Any, field: str, depth: int = 0) -> None:
+    """Every string of a JSON document (keys too) is storable; the field names the first one
+    that is not, in the job-file notation (``job.target.http.body``, ``jobs[2].id``)."""
+    if depth > _MAX_DEPTH:
+        raise InvalidInput(field, f"is nested deeper than {_MAX_DEPTH} levels")
+    if isinstance(value, str):
+        _storable(value, field)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _storable(str(key), field)
+            check_strings(item, f"{field}.{key}", depth + 1)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            check_strings(item, f"{field}[{index}]", depth + 1)
 
 
 def text_param(value: str | None, field: str, max_length: int = 200) -> str | None:
     if value is None or value == "":
         return None
-    if "\x00" in value:
-        raise InvalidInput(field, "contains a NUL character")
+    _storable(value, field)
     if len(value) > max_length:
         raise InvalidInput(field, f"is longer than {max_length} characters")
     return value
