@@ -1,12 +1,130 @@
-"""The database connection a CLI command uses: one connection, named for pg_stat_activity."""
+"""The database and broker a CLI command uses, checked before the command starts.
+
+A command without a reachable stack ends with one line that says where it looked and how to
+start the stack, and exit code 1, never a driver's traceback or its multi-line message::
+
+    duetime: cannot reach PostgreSQL at 127.0.0.1:41234 (DUETIME_DATABASE_URL from
+    /srv/app/.duetime/stack.env): connection refused; the stack there is not running: start it
+    with `duetime up` (or `duetime stack up`), or set DUETIME_DATABASE_URL
+"""
 
 from __future__ import annotations
 
-from duetime.config import load_settings
+import logging
+import os
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from duetime.config import STACK_ENV_FILE, Settings, load_settings
+from duetime.errors import DuetimeError
 from duetime.store import Store
 
-__all__ = ["cli_store"]
+__all__ = ["NoStack", "check_broker", "cli_settings", "cli_store", "database_url"]
+
+_BROKER_TIMEOUT = 5.0
 
 
-def cli_store() -> Store:
-    return Store(load_settings().require_database(), pool_size=1, application_name="duetime-cli")
+class NoStack(DuetimeError):
+    """The database or broker a command needs is not configured or does not answer."""
+
+
+def cli_settings() -> Settings:
+    return load_settings()
+
+
+def _origin(settings: Settings, key: str) -> str:
+    """Where the setting ``key`` came from: the environment or the stack's env file."""
+    if os.environ.get(key):
+        return f"{key} from the environment"
+    return f"{key} from {settings.data_dir / STACK_ENV_FILE}"
+
+
+def _how(settings: Settings, key: str) -> str:
+    if os.environ.get(key):
+        return f"start it, or point {key} at a running one"
+    if (settings.data_dir / STACK_ENV_FILE).exists():
+        return (
+            "the stack there is not running: start it with `duetime up` "
+            f"(or `duetime stack up`), or set {key}"
+        )
+    return f"start the stack with `duetime up` (or `duetime stack up`), or set {key}"
+
+
+def _missing(settings: Settings, key: str, what: str) -> NoStack:
+    env_file = settings.data_dir / STACK_ENV_FILE
+    return NoStack(
+        f"no {what}: {key} is not set and {env_file} does not exist (no stack started in "
+        f"{settings.data_dir}); start one with `duetime up` (or `duetime stack up`) in this "
+        f"directory, or set {key}"
+    )
+
+
+def _reason(exc: BaseException) -> str:
+    """The driver's message in one line: its last clause (psycopg writes several lines)."""
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first.rsplit(": ", 1)[-1].strip().lower() or first
+
+
+def database_url(settings: Settings) -> str:
+    """The configured database URL, or ``NoStack`` saying where it looked."""
+    if not settings.database_url:
+        raise _missing(settings, "DUETIME_DATABASE_URL", "database")
+    return settings.database_url
+
+
+def cli_store(settings: Settings | None = None) -> Store:
+    """A one-connection ``Store`` for a command, its database checked to answer."""
+    settings = settings or cli_settings()
+    url = database_url(settings)
+    store = Store(url, pool_size=1, application_name="duetime-cli")
+    try:
+        with store.engine.connect():
+            pass
+    except SQLAlchemyError as exc:
+        store.close()
+        parsed = make_url(url)
+        where = f"{parsed.host or 'localhost'}:{parsed.port or 5432}"
+        key = "DUETIME_DATABASE_URL"
+        raise NoStack(
+            f"cannot reach PostgreSQL at {where} ({_origin(settings, key)}): {_reason(exc)}; "
+            f"{_how(settings, key)}"
+        ) from exc
+    return store
+
+
+def check_broker(settings: Settings) -> None:
+    """``NoStack`` unless the broker answers a metadata request within 5 s.
+
+    librdkafka would otherwise retry forever and write its connection errors to stderr; its logs
+    go to a silent logger here (the one line says what happened).
+    """
+    key = "DUETIME_KAFKA_BOOTSTRAP"
+    if not settings.kafka_bootstrap:
+        raise _missing(settings, key, "broker")
+    quiet = logging.getLogger("duetime.cli.librdkafka")
+    quiet.propagate = False
+    quiet.addHandler(logging.NullHandler())
+    errors: list[str] = []
+    config: dict[str, Any] = {
+        "bootstrap.servers": settings.kafka_bootstrap,
+        "logger": quiet,
+        "error_cb": lambda error: errors.append(str(error)),
+        "socket.connection.setup.timeout.ms": int(_BROKER_TIMEOUT * 1000),
+    }
+    client = AdminClient(config)
+    try:
+        client.list_topics(timeout=_BROKER_TIMEOUT)
+    except KafkaException as exc:
+        client.poll(0)  # serves the error callbacks: a refused connection says so
+        reason = "no answer within 5 s"
+        if any("refused" in e.lower() for e in errors):
+            reason = "connection refused"
+        raise NoStack(
+            f"cannot reach the broker at {settings.kafka_bootstrap} ({_origin(settings, key)}): "
+            f"{reason}; {_how(settings, key)}"
+        ) from exc

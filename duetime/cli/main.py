@@ -53,17 +53,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except InvalidInput as exc:
-        print(f"duetime: error: {exc}", file=sys.stderr)
+        print(f"duetime: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except NotFound as exc:
-        print(f"duetime: {exc}", file=sys.stderr)
+        print(f"duetime: {_one_line(exc)}", file=sys.stderr)
         return 3
     except DuetimeError as exc:
-        print(f"duetime: {exc}", file=sys.stderr)
+        print(f"duetime: {_one_line(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
     return code
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error in one line: drivers' messages (psycopg's) can span several."""
+    return " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
 
 
 if __name__ == "__main__":

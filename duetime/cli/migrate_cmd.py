@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from duetime.config import load_settings
 from duetime.store.migrate import apply_migrations
+
+from ._store import cli_store
 
 
 def register(sub: Any) -> None:
@@ -16,7 +17,12 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    url = args.database_url or load_settings().require_database()
+    url = args.database_url
+    if not url:
+        # The local stack's database, checked to answer first (one line if it does not).
+        store = cli_store()
+        url = store.engine.url.render_as_string(hide_password=False)
+        store.close()
     applied = apply_migrations(url)
     print(f"applied: {', '.join(applied)}" if applied else "schema is up to date")
     return 0
