@@ -65,17 +65,10 @@ class AvroCodec(Generic[T]):
         schemaless_writer(buffer, self._parsed, self._to_record(obj))
         return buffer.getvalue()
 
-    def decode(self, data: bytes | None, headers: Headers = None) -> T:
-        """Decode ``data``; every failure is a ``CodecError`` whose message says what is wrong."""
-        if data is None:
-            raise CodecError(f"{self.name}: empty record (null value)")
-        for key, value in headers or ():
-            if key == SCHEMA_HEADER and value != self._header_value:
-                shown = value.decode("ascii", "replace") if value else "none"
-                raise CodecError(
-                    f"{self.name}: unknown schema fingerprint {shown!r} "
-                    f"(expected {self.fingerprint})"
-                )
+    def read(self, data: bytes) -> dict[str, Any]:
+        """The Avro record as fastavro reads it (a named union branch as ``(name, record)``),
+        for tools at the boundary that print it (``duetime replay``); ``CodecError`` if the
+        bytes are not one complete record of this schema."""
         buffer = io.BytesIO(data)
         try:
             record = schemaless_reader(buffer, self._parsed, None, return_record_name=True)
@@ -87,6 +80,20 @@ class AvroCodec(Generic[T]):
             )
         if not isinstance(record, dict):
             raise CodecError(f"{self.name}: decoded to {type(record).__name__}, not a record")
+        return record
+
+    def decode(self, data: bytes | None, headers: Headers = None) -> T:
+        """Decode ``data``; every failure is a ``CodecError`` whose message says what is wrong."""
+        if data is None:
+            raise CodecError(f"{self.name}: empty record (null value)")
+        for key, value in headers or ():
+            if key == SCHEMA_HEADER and value != self._header_value:
+                shown = value.decode("ascii", "replace") if value else "none"
+                raise CodecError(
+                    f"{self.name}: unknown schema fingerprint {shown!r} "
+                    f"(expected {self.fingerprint})"
+                )
+        record = self.read(data)
         try:
             return self._from_record(record)
         except CodecError:

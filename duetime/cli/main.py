@@ -28,6 +28,7 @@ _COMMAND_MODULES = (
     "duetime.cli.alerts_cmd",
     "duetime.cli.tokens_cmd",
     "duetime.cli.shards_cmd",
+    "duetime.cli.replay_cmd",
     "duetime.cli.service_cmd",
     "duetime.cli.up_cmd",
 )

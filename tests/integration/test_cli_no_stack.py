@@ -16,6 +16,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
+SINCE = "2026-01-01T00:00:00Z"
 DATABASE_COMMANDS = [
     ["jobs", "list"],
     ["jobs", "pause", "some-job"],
@@ -26,7 +27,9 @@ DATABASE_COMMANDS = [
     ["alerts", "list"],
     ["tokens", "list"],
     ["migrate"],
+    ["reemit", "--from", SINCE, "--to", "2026-01-02T00:00:00Z"],
 ]
+BROKER_COMMANDS = [["replay", "--topic", "runs.ready", "--since", SINCE]]
 
 
 def _closed_port() -> int:
@@ -58,7 +61,7 @@ def _one_line(result: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("command", DATABASE_COMMANDS, ids=" ".join)
+@pytest.mark.parametrize("command", DATABASE_COMMANDS + BROKER_COMMANDS, ids=" ".join)
 def test_nothing_configured_names_the_data_dir_and_how_to_start(
     command: list[str], tmp_path: Path
 ) -> None:
@@ -83,3 +86,14 @@ def test_a_stopped_stack_names_the_database_it_tried(command: list[str], tmp_pat
     assert "connection refused" in line
     assert "the stack there is not running: start it with `duetime up`" in line
     assert "secret" not in line
+
+
+def test_a_broker_that_does_not_answer_is_one_line_too(tmp_path: Path) -> None:
+    port = _closed_port()
+    env = {"DUETIME_KAFKA_BOOTSTRAP": f"127.0.0.1:{port}"}
+    line = _one_line(_duetime(BROKER_COMMANDS[0], tmp_path, env))
+    assert line == (
+        f"duetime: cannot reach the broker at 127.0.0.1:{port} (DUETIME_KAFKA_BOOTSTRAP from the "
+        "environment): connection refused; start it, or point DUETIME_KAFKA_BOOTSTRAP at a "
+        "running one"
+    )
