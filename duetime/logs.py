@@ -3,7 +3,7 @@
 ``event(log, "run.released", run_id=..., attempt=2)`` logs event ``run.released`` with its fields
 (None values are left out). Operators grep and alert on the event names (``run.dead``,
 ``lease.expired``), so they are part of the interface and never change wording
-(docs/operations.md lists them). Two formats, chosen by ``DUETIME_LOG_FORMAT``:
+(docs/metrics.md, "Logs", lists the main ones). Two formats, chosen by ``DUETIME_LOG_FORMAT``:
 
 - ``text`` (default, for a terminal): ``2026-12-03T18:00:00.123Z INFO planner run.released
   run_id=... attempt=2``; a value with spaces, quotes, ``=`` or control characters is
