@@ -30,9 +30,11 @@ class Api:
 
 
 @contextmanager
-def open_api(database_url: str, kafka_bootstrap: str = "") -> Iterator[Api]:
+def open_api(
+    database_url: str, kafka_bootstrap: str = "", topic_prefix: str = "api-test."
+) -> Iterator[Api]:
     store = Store(database_url, pool_size=2, application_name="duetime-api-test")
-    app = create_app(store, Settings(database_url, kafka_bootstrap, topic_prefix="api-test."))
+    app = create_app(store, Settings(database_url, kafka_bootstrap, topic_prefix=topic_prefix))
     try:
         with TestClient(app, raise_server_exceptions=False) as client:
             yield Api(client, store)

@@ -9,7 +9,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
+from duetime.bus.kafka import create_topics, producer_config
+from duetime.config import Settings
 from duetime.errors import InvalidInput
 from duetime.jobdef import parse_job
 from duetime.store import flow
@@ -322,6 +325,25 @@ def test_tenants_see_only_their_own(api: Api) -> None:
     assert api.client.get("/v1/stats/lateness", headers=acme).json()["runs"] == 1
     # Operator endpoints need the admin token.
     assert api.client.get("/v1/stats/consumer-lag", headers=acme).status_code == 403
+    assert api.client.get("/v1/stats/shards", headers=acme).status_code == 403
+
+
+def test_operator_stats_shard_owners_and_consumer_lag(api: Api) -> None:
+    admin = api.token(None)
+    assert api.client.get("/v1/stats/shards", headers=admin).json() == []  # SKIP LOCKED mode
+    with api.store.tx() as tx:
+        assert tx.shards_claim("planner-a", {3: 41, 7: 42}) == {3, 7}
+    shards = api.client.get("/v1/stats/shards", headers=admin).json()
+    assert [(s["shard"], s["owner"], s["token"], s["rejected"]) for s in shards] == [
+        (3, "planner-a", 41, 0),
+        (7, "planner-a", 42, 0),
+    ]
+    # No broker configured for this app: every pair is listed, each with the reason.
+    lag = api.client.get("/v1/stats/consumer-lag", headers=admin).json()
+    pairs = {(entry["group"], entry["topic"]) for entry in lag}
+    assert ("api-test.workers", "api-test.runs.ready") in pairs
+    assert ("api-test.reaper", "api-test.runs.heartbeats") in pairs
+    assert len(pairs) == 7 and all(entry["lag"] is None and entry["error"] for entry in lag)
 
 
 def test_trigger_and_backfill_create_runs_once(api: Api) -> None:
@@ -403,6 +425,22 @@ def test_forecast_counts_runs_per_minute_and_warns_of_pile_ups(api: Api) -> None
     assert api.client.post("/v1/jobs/midnight-0/trigger", headers=acme).status_code == 201
     assert api.client.get("/v1/stats/outbox", headers=acme).json()["runs"] == 1
     assert api.client.get("/v1/stats/outbox", headers=globex).json()["runs"] == 0
+
+
+def test_consumer_lag_per_group_and_topic_on_a_real_broker(database_url: str, stack: Any) -> None:
+    prefix = f"lag{uuid.uuid4().hex[:8]}."
+    settings = Settings(database_url, stack.kafka_bootstrap, topic_prefix=prefix)
+    create_topics(settings)
+    producer = Producer(producer_config(settings))
+    for n in range(3):  # one at a time: the test broker counts a batch as one offset
+        producer.produce(f"{prefix}runs.ready", b"x", f"k{n}".encode(), partition=n)
+        assert producer.flush(10) == 0
+    with open_api(database_url, stack.kafka_bootstrap, prefix) as api:
+        lag = api.client.get("/v1/stats/consumer-lag", headers=api.token(None)).json()
+    by_pair = {(entry["group"], entry["topic"]): entry for entry in lag}
+    ready = by_pair[(f"{prefix}workers", f"{prefix}runs.ready")]
+    assert ready["lag"] == 3 and sum(ready["partitions"].values()) == 3 and ready["error"] is None
+    assert by_pair[(f"{prefix}reaper", f"{prefix}runs.results")]["lag"] == 0
 
 
 def test_openapi_document_lists_the_v1_paths(api: Api) -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "RunDetailOut",
     "RunOut",
     "RunPage",
+    "ShardOut",
     "StateChangeOut",
     "TriggerOut",
     "WhoAmIOut",
@@ -230,6 +231,14 @@ class ForecastOut(BaseModel):
     end: datetime
     series: list[ForecastSeries]
     pile_ups: list[PileUpOut]
+
+
+class ShardOut(BaseModel):
+    shard: int
+    owner: str = Field(description="the planner that claimed the shard last (etcd mode)")
+    token: int = Field(description="its fencing token; a lower one is refused")
+    claimed_at: datetime
+    rejected: int = Field(description="planning transactions the fence refused")
 
 
 class WhoAmIOut(BaseModel):

@@ -1,10 +1,10 @@
-"""``/v1/stats``: lateness percentiles, the outbox backlog, consumer lag per topic and the
-due-load forecast with pile-up warnings (``duetime.forecast``).
+"""``/v1/stats``: lateness percentiles, the outbox backlog, consumer lag per topic, shard owners
+and the due-load forecast with pile-up warnings (``duetime.forecast``).
 
 Lateness, backlog and forecast are scoped by the token's tenant. A tenant's forecast warns of
 the minutes where *its own* load exceeds a target's rate; other tenants' load on a shared
-target is not shown to it (an admin token sees every tenant's, added up). Consumer lag is about
-the pipeline, not a tenant's data, and needs an admin token.
+target is not shown to it (an admin token sees every tenant's, added up). Consumer lag and shard
+owners are about the pipeline, not a tenant's data, and need an admin token.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from .models import (
     LatenessOut,
     OutboxOut,
     PileUpOut,
+    ShardOut,
 )
 
 __all__ = ["LagProbes", "consumer_groups", "router"]
@@ -130,6 +131,25 @@ def consumer_lag(request: Request, caller: Admin) -> list[LagOut]:
     """Records each consumer group of the pipeline has yet to read, per topic (admin)."""
     probes: LagProbes = request.app.state.lag_probes
     return probes.measure()
+
+
+@router.get("/shards")
+def shard_owners(request: Request, caller: Admin) -> list[ShardOut]:
+    """Each claimed shard's owner and fencing token as the database's fence holds them (admin;
+    none in SKIP LOCKED mode, where no planner owns a shard). ``duetime shards`` adds etcd's view.
+    """
+    with store_of(request).tx() as tx:
+        rows = tx.shard_owners_list()
+    return [
+        ShardOut(
+            shard=r.shard_id,
+            owner=r.owner,
+            token=r.token,
+            claimed_at=r.claimed_at,
+            rejected=r.rejected,
+        )
+        for r in rows
+    ]
 
 
 @router.get("/forecast")
