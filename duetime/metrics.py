@@ -107,8 +107,9 @@ def serve_metrics(
 ) -> MetricsEndpoint | None:
     """Serve ``registry`` where ``env`` says (``metrics.listening`` with the URL), or nothing.
 
-    A port that is taken is a ``ConfigError``: a service scraped on the wrong port would look
-    healthy and report nothing.
+    A port that cannot be bound (taken by another process) is logged as ``metrics.failed`` at
+    ERROR and the service runs on without an endpoint: scheduling matters more than its
+    metrics, and the scraper's ``up == 0`` shows the gap (infra/prometheus/alerts.yml).
     """
     address = metrics_address(env)
     if address is None:
@@ -119,7 +120,14 @@ def serve_metrics(
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
-        raise ConfigError(f"{service}: cannot serve /metrics on {host}:{port}: {exc}") from exc
+        event(
+            log,
+            "metrics.failed",
+            logging.ERROR,
+            address=f"{host}:{port}",
+            error=exc,
+        )
+        return None
     url = f"http://{host}:{port}/metrics"
     event(log, "metrics.listening", url=url)
     return MetricsEndpoint(url, server, thread)

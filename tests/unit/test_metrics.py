@@ -3,6 +3,7 @@ worker and reaper take from a batch statement's results."""
 
 from __future__ import annotations
 
+import logging
 import urllib.request
 import uuid
 from datetime import UTC, datetime
@@ -58,7 +59,9 @@ def test_batch_histogram_counts_a_batch_into_cumulative_buckets() -> None:
     assert _value(registry, "t_lateness_seconds_sum") == pytest.approx(2.175 + 0.5)
 
 
-def test_the_endpoint_serves_the_registry_and_a_taken_port_is_an_error() -> None:
+def test_the_endpoint_serves_the_registry_and_a_taken_port_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     registry = CollectorRegistry()
     Counter("t_things", "test", registry=registry).inc(3)
     env = {"DUETIME_METRICS_PORT": str(_free_port())}
@@ -69,8 +72,10 @@ def test_the_endpoint_serves_the_registry_and_a_taken_port_is_an_error() -> None
             text = response.read().decode()
         families = {f.name: f for f in text_string_to_metric_families(text)}
         assert families["t_things"].samples[0].value == 3
-        with pytest.raises(ConfigError, match="cannot serve /metrics"):
-            serve_metrics("test", env, CollectorRegistry())
+        # A taken port: the service runs on without an endpoint, and says so.
+        with caplog.at_level(logging.ERROR, logger="duetime.metrics"):
+            assert serve_metrics("test", env, CollectorRegistry()) is None
+        assert "metrics.failed" in caplog.text and env["DUETIME_METRICS_PORT"] in caplog.text
     finally:
         endpoint.close()
     assert serve_metrics("test", {}, registry) is None
