@@ -41,6 +41,7 @@ from .ports import ShardOwner
 __all__ = ["main"]
 
 log = logging.getLogger("duetime.planner")
+_SHARD_MODES = ("auto", "etcd", "skip-locked")
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -69,10 +70,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--shard-mode",
-        choices=("auto", "etcd", "skip-locked"),
-        default="auto",
+        choices=_SHARD_MODES,
+        default=os.environ.get("DUETIME_SHARD_MODE", "auto"),
         help="etcd: own shards under an etcd lease, fenced in PostgreSQL; skip-locked: compete "
-        "for every shard's rows; auto (default): etcd when DUETIME_ETCD_ENDPOINTS is set",
+        "for every shard's rows; auto (default, or DUETIME_SHARD_MODE): etcd when "
+        "DUETIME_ETCD_ENDPOINTS is set",
     )
     parser.add_argument(
         "--lease-ttl",
@@ -86,6 +88,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def _ownership(args: argparse.Namespace, settings: Settings, member: str) -> OwnershipThread | None:
     mode = args.shard_mode
+    if mode not in _SHARD_MODES:
+        raise ConfigError(f"shard mode must be one of {', '.join(_SHARD_MODES)}, not {mode!r}")
     if mode == "auto":
         mode = "etcd" if settings.etcd_endpoints else "skip-locked"
     if mode == "skip-locked":
