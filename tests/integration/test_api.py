@@ -84,6 +84,17 @@ def test_job_lifecycle(api: Api) -> None:
     assert other_id.status_code == 400 and other_id.json()["field"] == "job.id"
     missing = api.client.put("/v1/jobs/ghost", json=http_job("ghost"), headers=acme)
     assert missing.status_code == 404
+    # An admin's replacement without a tenant keeps the job in its tenant; one with moves it.
+    admin = api.token(None)
+    kept = api.client.put("/v1/jobs/nightly", json=http_job("nightly"), headers=admin)
+    assert kept.status_code == 200 and kept.json()["tenant"] == "acme"
+    moved = api.client.put(
+        "/v1/jobs/nightly", json=http_job("nightly", tenant="globex"), headers=admin
+    )
+    assert moved.json()["tenant"] == "globex"
+    assert api.client.get("/v1/jobs/nightly", headers=acme).status_code == 404
+    back = http_job("nightly", tenant="acme")
+    assert api.client.put("/v1/jobs/nightly", json=back, headers=admin).status_code == 200
 
     paused = api.client.post("/v1/jobs/nightly/pause", headers=acme)
     assert paused.json() == {"id": "nightly", "outcome": "paused"}

@@ -66,8 +66,11 @@ def job_out(row: Any) -> JobOut:
     )
 
 
-def _parse(body: Any, caller: Principal, path_id: str | None = None) -> JobDefinition:
-    """The request's job, validated like a job file's, in the caller's tenant."""
+def _parse(
+    body: Any, caller: Principal, path_id: str | None = None, tenant: str | None = None
+) -> JobDefinition:
+    """The request's job, validated like a job file's; without a ``tenant`` field it is in
+    ``tenant`` (a replaced job's own), else in the caller's (a tenant token's)."""
     check_strings(body, "job")
     if isinstance(body, Mapping):
         data = dict(body)
@@ -77,8 +80,8 @@ def _parse(body: Any, caller: Principal, path_id: str | None = None) -> JobDefin
                 data["id"] = path_id
             elif given != path_id:
                 raise InvalidInput("job.id", "must be the id in the path")
-        if caller.tenant is not None:
-            data.setdefault("tenant", caller.tenant)
+        if tenant or caller.tenant:
+            data.setdefault("tenant", tenant or caller.tenant)
         body = data
     job = parse_job(body, "job")
     if caller.tenant is not None and job.tenant != caller.tenant:
@@ -112,11 +115,12 @@ def replace_job(
     """Replace a job. A ``version`` in the body must be the stored one (else 409): the write
     is then based on what the caller read; without one the write goes after any other."""
     job_id = job_id_param(job_id)
-    job = _parse(body, caller, job_id)
     with store_of(request).tx() as tx:
         stored = views.jobs_get(tx.conn, caller.tenant, job_id)
         if stored is None:
             raise NotFound(f"no job {job_id!r}")
+        # A body without a tenant keeps the job where it is (an admin's too).
+        job = _parse(body, caller, job_id, stored.tenant)
         if job.version and job.version != stored.version:
             raise ApiError(
                 409,
