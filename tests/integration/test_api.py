@@ -15,7 +15,7 @@ from duetime.bus.kafka import create_topics, producer_config
 from duetime.config import Settings
 from duetime.errors import InvalidInput
 from duetime.jobdef import parse_job
-from duetime.store import flow
+from duetime.store import flow, tenants
 from duetime.store.tokens import tokens_revoke
 
 from .api_client import Api, http_job, open_api
@@ -192,6 +192,20 @@ def test_strings_postgresql_cannot_store_are_refused_with_their_field(
     assert answer.json()["field"] == field and reason in answer.json()["message"]
     deep = api.client.post("/v1/jobs", content="[" * 100_000 + "]" * 100_000, headers=headers)
     assert deep.status_code == 400 and deep.json()["field"] == "body"
+
+
+def test_a_tenants_job_quota_holds_for_api_writes(api: Api) -> None:
+    acme = api.token("acme")
+    with api.store.tx() as tx:
+        tenants.set_tenant(tx.conn, "acme", max_jobs=1)
+    assert api.client.post("/v1/jobs", json=http_job("first"), headers=acme).status_code == 201
+    over = api.client.post("/v1/jobs", json=http_job("second"), headers=acme)
+    assert over.status_code == 409 and over.json()["field"] == "job.tenant"
+    assert "at most 1 jobs" in over.json()["message"]
+    assert api.client.get("/v1/jobs/second", headers=acme).status_code == 404
+    # Changing a job that stays in the tenant is never refused.
+    changed = http_job("first", schedule={"cron": "5 4 * * *"})
+    assert api.client.put("/v1/jobs/first", json=changed, headers=acme).status_code == 200
 
 
 def test_pages_follow_the_cursor(api: Api) -> None:
