@@ -259,8 +259,10 @@ class Throttle(Generic[T]):
 
     @property
     def waiting(self) -> int:
-        return sum(len(q) for q in self._queues.values()) + sum(
-            len(a) for a in self._asked.values()
+        # Snapshots (list() of a dict view is one C call under the GIL): the metrics endpoint
+        # reads this from its own thread while the event loop adds targets.
+        return sum(len(q) for q in list(self._queues.values())) + sum(
+            len(a) for a in list(self._asked.values())
         )
 
     def waiting_per_target(self) -> dict[str, int]:
