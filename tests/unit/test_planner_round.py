@@ -178,3 +178,20 @@ def test_writes_carry_the_token_so_a_raised_fence_refuses_them_inside_the_transa
             tx.jobs_advance_many([("raced", NOW + timedelta(hours=1), None)], {job.shard_id: 9})
             == 1
         )
+
+
+def test_a_fence_row_removed_by_an_operator_is_claimed_again() -> None:
+    store = FakePlannerStore(NOW)
+    job = _job("reclaimed")
+    store.add_job(job)
+    planner, _ = _planner(store, _Owner({job.shard_id: 7}))
+    planner.run_once(0.0)
+    del store.state.fence[job.shard_id]  # DELETE FROM shard_owners (docs/failover.md)
+    store.clock = NOW + timedelta(minutes=1)
+    planner.run_once(1.0)  # the fence finds no row with its token: nothing is written ...
+    assert store.fence_row(job.shard_id) is None
+    before = len(store.runs_of("reclaimed"))
+    planner.run_once(2.0)  # ... and the next round claims the shard again and plans it
+    row = store.fence_row(job.shard_id)
+    assert row is not None and row.token == 7
+    assert len(store.runs_of("reclaimed")) > before

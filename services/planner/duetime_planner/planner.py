@@ -119,6 +119,7 @@ class Planner:
         self.member = member
         # shard -> the token this planner last claimed it with in the fence (etcd mode)
         self._claimed: dict[int, int] = {}
+        self._pending_claims: frozenset[int] = frozenset()
         self._round = _RoundShards(self.config.shards, None)
         self._partitions: set[date] = set()
         self._last_sweep: float | None = None
@@ -164,13 +165,20 @@ class Planner:
             with self.store.tx() as tx:
                 claimed = tx.shards_claim(self.member, unclaimed)
             self._claimed.update({s: unclaimed[s] for s in claimed})
-            event(
-                log,
-                "shards.claimed",
-                member=self.member,
-                count=len(claimed),
-                pending=len(unclaimed) - len(claimed),
-            )
+            pending = frozenset(unclaimed) - claimed
+            # Once per change, not every round: a shard whose stored token is higher stays
+            # pending until this planner's lease view catches up (or forever after an etcd
+            # whose revisions restarted: docs/failover.md).
+            if claimed or pending != self._pending_claims:
+                event(
+                    log,
+                    "shards.claimed",
+                    logging.INFO if not pending else logging.WARNING,
+                    member=self.member,
+                    count=len(claimed),
+                    pending=len(pending),
+                )
+            self._pending_claims = pending
         # A shard not claimed now (another planner's transaction holds its row, or its stored
         # token is higher) is still offered to the fence, which decides.
         return _RoundShards(tuple(sorted(tokens)), tokens)
@@ -246,6 +254,10 @@ class Planner:
                 # tokens, so the database refuses them for a shard claimed since.
                 now = tx.planner_tx_guard(cfg.fenced_idle_timeout)
                 fence = tx.shards_fence(self.member, tokens)
+                # A shard the fence neither holds nor refuses has no row with this token (its
+                # row was removed): claim it again next round.
+                for shard in set(tokens) - fence.held - fence.refused:
+                    self._claimed.pop(shard, None)
                 tokens = {s: tokens[s] for s in fence.held}
                 shards = sorted(fence.held)
                 refused = len(fence.refused)
