@@ -4,9 +4,14 @@ worker and reaper take from a batch statement's results."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+import tempfile
 import urllib.request
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter
@@ -22,6 +27,7 @@ from duetime_planner.planner import PlanStats
 from duetime_reaper.expiry import ExpiryCounts
 from duetime_reaper.metrics import ReaperMetrics, consumer_groups
 from duetime_workers.metrics import WorkerMetrics
+from duetime_workers.processes import _METRICS_DIR_PREFIX, _remove_stale_metrics_dirs
 
 
 def _value(registry: CollectorRegistry, name: str, labels: dict[str, str] | None = None) -> float:
@@ -153,3 +159,19 @@ def test_planner_counts_a_round_from_its_stats() -> None:
     assert _value(registry, "duetime_runs_swept_total") == 1
     assert _value(registry, "duetime_jobs_ingested_total", {"result": "accepted"}) == 2
     assert _value(registry, "duetime_jobs_ingested_total", {"result": "rejected"}) == 1
+
+
+def test_worker_metrics_dirs_of_dead_supervisors_are_removed() -> None:
+    dead_pid = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead_pid.wait()  # reaped: its pid names no process now
+    base = Path(tempfile.gettempdir())
+    dead = Path(tempfile.mkdtemp(prefix=f"{_METRICS_DIR_PREFIX}{dead_pid.pid}-", dir=base))
+    alive = Path(tempfile.mkdtemp(prefix=f"{_METRICS_DIR_PREFIX}{os.getpid()}-", dir=base))
+    try:
+        _remove_stale_metrics_dirs()
+        assert not dead.exists()
+        assert alive.exists()
+    finally:
+        for path in (dead, alive):
+            if path.exists():
+                path.rmdir()

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
@@ -47,6 +48,7 @@ _RESTART_FIRST = 1.0
 _RESTART_MAX = 30.0
 _STOP_TIMEOUT = 60.0
 _OWN_OPTIONS = ("--processes", "--worker-id")
+_METRICS_DIR_PREFIX = "duetime-worker-metrics-"
 
 
 def process_count(requested: int | None, env: Mapping[str, str]) -> int:
@@ -114,7 +116,8 @@ class _Supervisor:
         """Serve the worker processes' merged metrics, if a port is configured."""
         if metrics_address(self.env) is None:
             return
-        self.metrics_dir = tempfile.mkdtemp(prefix="duetime-worker-metrics-")
+        _remove_stale_metrics_dirs()
+        self.metrics_dir = tempfile.mkdtemp(prefix=f"{_METRICS_DIR_PREFIX}{os.getpid()}-")
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=self.metrics_dir)  # type: ignore[no-untyped-call]
         self.endpoint = serve_metrics("worker", self.env, registry)
@@ -179,6 +182,25 @@ class _Supervisor:
                 result = child.wait()
             code = code or (1 if result not in (0, -signal.SIGTERM, -signal.SIGINT) else 0)
         return code
+
+
+def _remove_stale_metrics_dirs() -> None:
+    """Remove the metrics directories of supervisors that died without cleaning up (SIGKILL):
+    the supervisor's pid is in the name."""
+    for path in Path(tempfile.gettempdir()).glob(f"{_METRICS_DIR_PREFIX}*-*"):
+        pid = path.name[len(_METRICS_DIR_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not _running(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def supervise(count: int, base_id: str, argv: list[str], env: Mapping[str, str]) -> int:
