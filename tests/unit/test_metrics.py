@@ -102,7 +102,7 @@ def test_worker_counts_a_completion_statement_by_outcome() -> None:
         _end("scheduled", "handed_back"),
         _end("succeeded", "succeeded"),  # fenced: its token is not accepted
     ]
-    metrics.count_ends(ends, {end.lease_token for end in ends[:5]})
+    metrics.count_ends(ends, [True] * 5 + [False])
     metrics.count_claims(6)
     metrics.count_claims(0)
     assert _value(registry, "duetime_runs_started_total") == 6

@@ -152,10 +152,10 @@ class AttemptRunner:
             return _claim_results(claims, requests)
 
         def complete(ends: Sequence[AttemptEnd]) -> list[bool]:
-            accepted = store.runs_complete_batch(worker, ends)
+            results = _end_results(store.runs_complete_batch(worker, ends), ends)
             if metrics is not None:
-                metrics.count_ends(ends, accepted)
-            return _end_results(accepted, ends)
+                metrics.count_ends(ends, results)  # per statement, never per run
+            return results
 
         self.claims: StatementBatcher[ClaimRequest, Claim | None] = StatementBatcher(
             claim, calls, timeout=timeout

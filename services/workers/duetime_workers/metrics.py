@@ -8,9 +8,8 @@ the live processes.
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter as Tally
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
@@ -61,16 +60,15 @@ class WorkerMetrics:
         if claimed:
             self.started.inc(claimed)
 
-    def count_ends(self, ends: Sequence[AttemptEnd], accepted: Collection[uuid.UUID]) -> None:
-        """One completion statement's results: ``accepted`` holds the accepted lease tokens."""
-        tally: Tally[str] = Tally()
-        for end in ends:
-            if end.lease_token not in accepted:
-                tally[FENCED] += 1
-            elif end.outcome == HANDED_BACK:
-                tally[HANDED_BACK] += 1
-            else:
-                tally[end.state] += 1
+    def count_ends(self, ends: Sequence[AttemptEnd], accepted: Sequence[bool]) -> None:
+        """One completion statement's results: ``accepted[i]`` says whether ``ends[i]`` was."""
+        kinds = [
+            HANDED_BACK if end.outcome == HANDED_BACK else end.state
+            for end, ok in zip(ends, accepted, strict=True)
+            if ok
+        ]
+        tally = Tally(kinds)
+        tally[FENCED] = len(ends) - len(kinds)
         for key, count in tally.items():
             counter = self._ends.get(key)
             if counter is not None:
