@@ -111,11 +111,22 @@ def forecast(
     for row in planned:
         if first <= row.minute < end:
             load[(row.minute, row.target_service, row.tenant)] += row.runs
+    # Groups differ by target and tenant far more often than by schedule: each (schedule, start,
+    # window) is enumerated and spread once, and every group of it adds its jobs on top.
+    shares: dict[tuple[object, datetime, timedelta], list[tuple[datetime, float]]] = {}
     for group in groups:
-        for scheduled_for in _occurrences(group.schedule, max(group.next_run_at, start), end):
-            for minute, share in _spread(scheduled_for, group.window):
-                if first <= minute < end:
-                    load[(minute, group.target_service, group.tenant)] += share * group.jobs
+        since = max(group.next_run_at, start)
+        key = (group.schedule.spec, since, group.window)
+        minutes = shares.get(key)
+        if minutes is None:
+            merged: defaultdict[datetime, float] = defaultdict(float)
+            for scheduled_for in _occurrences(group.schedule, since, end):
+                for minute, share in _spread(scheduled_for, group.window):
+                    if first <= minute < end:
+                        merged[minute] += share
+            minutes = shares[key] = list(merged.items())
+        for minute, share in minutes:
+            load[(minute, group.target_service, group.tenant)] += share * group.jobs
     loads = tuple(
         MinuteLoad(minute, target, tenant, round(runs, 3))
         for (minute, target, tenant), runs in sorted(load.items())

@@ -207,15 +207,14 @@ class LagOut(BaseModel):
     error: str | None
 
 
-class ForecastPoint(BaseModel):
-    minute: datetime
-    runs: float
-
-
 class ForecastSeries(BaseModel):
     target_service: str
     tenant: str
-    points: list[ForecastPoint]
+    runs: float = Field(description="all the runs of the series in the forecast")
+    points: list[tuple[int, float]] = Field(
+        description="[minutes after start, runs due in that minute] for each minute with runs; "
+        "compact, as a day of a busy series has 1,440 of them"
+    )
 
 
 class PileUpOut(BaseModel):

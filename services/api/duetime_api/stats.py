@@ -26,7 +26,6 @@ from .auth import Admin, Caller, store_of
 from .errors import ERROR_RESPONSES
 from .models import (
     ForecastOut,
-    ForecastPoint,
     ForecastSeries,
     LagOut,
     LatenessOut,
@@ -163,16 +162,20 @@ def due_forecast(
     with store_of(request).tx() as tx:
         now = tx.db_now()
         result = views.stats_forecast(tx.conn, caller.tenant, now, timedelta(hours=hours))
-    points: defaultdict[tuple[str, str], list[ForecastPoint]] = defaultdict(list)
+    points: defaultdict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
     for load in result.loads:
-        points[(load.target_service, load.tenant)].append(
-            ForecastPoint(minute=load.minute, runs=load.runs)
-        )
+        offset = int((load.minute - result.start).total_seconds()) // 60
+        points[(load.target_service, load.tenant)].append((offset, load.runs))
     return ForecastOut(
         start=result.start,
         end=result.end,
         series=[
-            ForecastSeries(target_service=target, tenant=tenant, points=series)
+            ForecastSeries(
+                target_service=target,
+                tenant=tenant,
+                runs=round(sum(runs for _, runs in series), 3),
+                points=series,
+            )
             for (target, tenant), series in sorted(points.items())
         ],
         pile_ups=[
