@@ -18,6 +18,15 @@ ordered by its exact ``due_at``; ``advance(now)`` releases from it only what is 
 So an item is never released before its due instant, and is released by the first ``advance``
 at or after it, whatever the tick size.
 
+The spike. A level-0 slot holds every item of its tick: at midnight, 100k of them. Its drain is
+the work done *at* the due instant, so it is kept to one sort of an almost sorted list (its items
+arrive in order of addition) into a sorted *batch*, released by slicing; the ready heap takes
+only what is added already due, and the two are merged by ``(due, order of addition)``. And it
+can be done ahead of time: ``advance(now, prepare=lead)`` cascades and sorts everything due up to
+``now + lead`` (the batch grows by appending, as later ticks sort after earlier ones) while still
+releasing only what is due at ``now``. A caller that wakes at ``next_due(prepare=lead)`` does the
+work of a midnight spike ``lead`` before midnight, and at midnight only slices a sorted list.
+
 The wheel is pure: it never reads a clock. Callers pass ``now`` (aware datetimes). Time must not
 go backwards; if a caller's ``now`` does, the wheel keeps the latest ``now`` it has seen.
 
@@ -28,9 +37,11 @@ second copy of the same ``(run_id, attempt)``.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from operator import attrgetter
 from typing import Generic, TypeVar
 
 __all__ = ["TimingWheel"]
@@ -40,6 +51,8 @@ V = TypeVar("V")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
+_ORDER = attrgetter("due_us", "seq")
+_DUE = attrgetter("due_us")
 
 
 def _to_us(instant: datetime) -> int:
@@ -110,6 +123,9 @@ class TimingWheel(Generic[K, V]):
         self._index: dict[K, _Entry[K, V]] = {}
         # (due_us, seq, entry): exact order among items whose tick has come.
         self._ready: list[tuple[int, int, _Entry[K, V]]] = []
+        # The last drained level-0 slot, sorted by (due_us, seq); released from ``_batch_head``.
+        self._batch: list[_Entry[K, V]] = []
+        self._batch_head = 0
         # (tick, seq, entry): items beyond the top level's reach.
         self._overflow: list[tuple[int, int, _Entry[K, V]]] = []
         self._seq = 0
@@ -168,40 +184,44 @@ class TimingWheel(Generic[K, V]):
         )
         return [entry.key for entry in entries]
 
-    def next_due(self) -> datetime | None:
-        """When :meth:`advance` can next release something, or None if the wheel is empty.
+    def next_due(self, prepare: timedelta = timedelta(0)) -> datetime | None:
+        """When :meth:`advance` (with the same ``prepare``) should next be called, or None if
+        the wheel is empty.
 
         Never later than the earliest ``due_at`` held, so sleeping until it never oversleeps. It
         is exact for items whose tick has come; for the others it is the start of the tick (or
         of the slot's span) that holds the earliest, because finding the exact instant would
-        mean scanning a slot that may hold a whole spike.
+        mean scanning a slot that may hold a whole spike; less ``prepare``, when the work of
+        that tick is to be done ahead.
         """
         if not self._index:
             return None
         self._drop_removed_ready()
-        if self._ready:
-            return _from_us(self._ready[0][0])
+        first = self._first_ready()
         event = self._next_event_tick()
-        if event is None:  # only removed entries were left in the overflow heap
-            return None
-        return _from_us(event * self._tick_us)
+        if event is None:  # nothing in the slots or in the overflow heap
+            return None if first is None else _from_us(first.due_us)
+        event_us = event * self._tick_us - prepare // _MICROSECOND
+        return _from_us(event_us if first is None else min(first.due_us, event_us))
 
-    def advance(self, now: datetime) -> list[V]:
+    def advance(self, now: datetime, prepare: timedelta = timedelta(0)) -> list[V]:
         """Release every item due at or before ``now``, in order of due instant (ties: in order
-        of addition), and stop holding them."""
-        return [entry.item for entry in self._advance(now)]
+        of addition), and stop holding them. With ``prepare``, also do the work for the items
+        due up to ``now + prepare`` (they stay held, and are released by a later call)."""
+        return [entry.item for entry in self._advance(now, prepare)]
 
-    def advance_keyed(self, now: datetime) -> list[tuple[K, V]]:
+    def advance_keyed(self, now: datetime, prepare: timedelta = timedelta(0)) -> list[tuple[K, V]]:
         """:meth:`advance`, with each item's key."""
-        return [(entry.key, entry.item) for entry in self._advance(now)]
+        return [(entry.key, entry.item) for entry in self._advance(now, prepare)]
 
     # -- internals -------------------------------------------------------------------------
 
-    def _advance(self, now: datetime) -> list[_Entry[K, V]]:
+    def _advance(self, now: datetime, prepare: timedelta) -> list[_Entry[K, V]]:
         now_us = _to_us(now)
         if now_us > self._now_us:
             self._now_us = now_us
-        target = self._now_us // self._tick_us
+        # The slots are worked up to ``now + prepare``; only what is due at ``now`` is released.
+        target = (self._now_us + prepare // _MICROSECOND) // self._tick_us
         while self._current < target:
             event = self._next_event_tick()
             if event is None or event > target:
@@ -282,34 +302,68 @@ class TimingWheel(Generic[K, V]):
             slot.clear()
             level.occupied &= ~(1 << index)
             if number == 0:
-                # Every entry of a level-0 slot is due in this tick: into the ready heap in one
-                # heapify rather than a push each (a spike is tens of thousands in one slot).
+                # Every entry of a level-0 slot is due in this tick (a spike is tens of
+                # thousands in one slot): one sort, no heap.
                 for entry in entries:
                     entry.slot, entry.level = None, -1
-                self._ready.extend([(entry.due_us, entry.seq, entry) for entry in entries])
-                heapq.heapify(self._ready)
+                self._to_batch(entries)
                 continue
             for entry in entries:
                 self._place(entry)
 
+    def _to_batch(self, entries: list[_Entry[K, V]]) -> None:
+        # Slots drain in tick order, so every entry here sorts after the whole batch.
+        entries.sort(key=_ORDER)
+        batch, head = self._batch, self._batch_head
+        if head >= len(batch):
+            self._batch, self._batch_head = entries, 0
+        elif head > len(batch) // 2:
+            self._batch, self._batch_head = batch[head:] + entries, 0
+        else:
+            batch.extend(entries)
+
     def _drop_removed_ready(self) -> None:
         while self._ready and self._ready[0][2].removed:
             heapq.heappop(self._ready)
+        batch, head = self._batch, self._batch_head
+        while head < len(batch) and batch[head].removed:
+            head += 1
+        self._batch_head = head
+
+    def _first_ready(self) -> _Entry[K, V] | None:
+        """The earliest entry whose tick has come (after ``_drop_removed_ready``)."""
+        heap_first = self._ready[0][2] if self._ready else None
+        batch_first = self._batch[self._batch_head] if self._batch_head < len(self._batch) else None
+        if heap_first is None or batch_first is None:
+            return heap_first or batch_first
+        return min(heap_first, batch_first, key=_ORDER)
 
     def _release(self, now_us: int) -> list[_Entry[K, V]]:
-        ready = self._ready
-        # A spike lands whole in the ready heap; when all of it is due, one sort is much cheaper
-        # than popping the heap item by item.
-        if ready and max(due for due, _, _ in ready) <= now_us:
-            ready.sort()
-            entries = [entry for _, _, entry in ready if not entry.removed]
-            ready.clear()
-        else:
-            entries = []
+        ready, batch, head = self._ready, self._batch, self._batch_head
+        entries: list[_Entry[K, V]] = []
+        if head < len(batch):
+            # The batch is sorted: what is due is a prefix, found by bisection, taken by a slice.
+            cut = bisect_right(batch, now_us, lo=head, key=_DUE)
+            if cut > head:
+                entries = [entry for entry in batch[head:cut] if not entry.removed]
+            if cut >= len(batch):
+                self._batch, self._batch_head = [], 0
+            elif cut > len(batch) // 2:
+                self._batch, self._batch_head = batch[cut:], 0
+            else:
+                self._batch_head = cut
+        if ready and ready[0][0] <= now_us:
+            early: list[_Entry[K, V]] = []
+            if len(ready) > 64 and max(due for due, _, _ in ready) <= now_us:
+                # A spike added already due lands whole in the heap: one sort, not n pops.
+                ready.sort()
+                early = [entry for _, _, entry in ready if not entry.removed]
+                ready.clear()
             while ready and ready[0][0] <= now_us:
                 entry = heapq.heappop(ready)[2]
                 if not entry.removed:
-                    entries.append(entry)
+                    early.append(entry)
+            entries = list(heapq.merge(early, entries, key=_ORDER)) if entries else early
         index = self._index
         for entry in entries:
             del index[entry.key]

@@ -166,6 +166,30 @@ def test_a_spike_in_one_tick() -> None:
     assert [n % 7 for n in out] == sorted(n % 7 for n in out)
 
 
+def test_a_spike_prepared_ahead_is_released_on_time_by_a_slice() -> None:
+    """advance(now, prepare) does the cascades and the sort of a spike ahead of time, releases
+    nothing early, and next_due(prepare) wakes the caller ``prepare`` before the spike's tick."""
+    w: TimingWheel[int, int] = wheel()  # type: ignore[assignment]
+    midnight = T0 + timedelta(hours=1)  # a tick at the start of a level-1 span: cascades there
+    lead = timedelta(seconds=1)
+    for n in range(5_000):
+        w.add(n, midnight + timedelta(microseconds=n % 3), n)
+    wakes = []
+    while (wake := w.next_due(lead)) != midnight:  # the cascades, each at least lead ahead
+        assert wake is not None and wake <= midnight - lead and len(wakes) < 10
+        assert w.advance(wake, lead) == []
+        wakes.append(wake)
+    # All prepared: the next wake-up is the exact instant, and nothing else is left to do.
+    assert wakes[-1] >= midnight - lead - timedelta(seconds=3)
+    assert w._batch and len(w._batch) == 5_000  # sorted ahead, nothing left in the slots
+    assert w.remove(4_999) == 4_999  # a prepared item can still be removed
+    w.add(10_000, midnight - MS, 10_000)  # and one added due sooner goes before them
+    assert w.advance(midnight - MS, lead) == [10_000]
+    out = w.advance(midnight + MS, lead)
+    assert sorted(out) == list(range(4_999))
+    assert [n % 3 for n in out] == sorted(n % 3 for n in out)
+
+
 # -- properties ------------------------------------------------------------------------------
 
 _offsets = st.integers(min_value=-5_000_000, max_value=4 * 3600 * 1_000_000)  # microseconds
@@ -188,9 +212,14 @@ _ops = st.lists(
 @given(
     ops=_ops,
     shape=st.sampled_from([(10_000, 256, 4), (1_000, 4, 2), (7, 2, 3), (10_000, 8, 1)]),
+    # The work done ahead of time changes nothing of what is released when.
+    prepare_us=st.sampled_from([0, 5_000, 1_000_000, 3 * 3600 * 1_000_000]),
 )
-def test_matches_a_model(ops: list[tuple[str, int, int]], shape: tuple[int, int, int]) -> None:
+def test_matches_a_model(
+    ops: list[tuple[str, int, int]], shape: tuple[int, int, int], prepare_us: int
+) -> None:
     tick_us, slots, levels = shape
+    prepare = timedelta(microseconds=prepare_us)
     w: TimingWheel[int, tuple[int, int]] = TimingWheel(
         T0, tick=timedelta(microseconds=tick_us), slots=slots, levels=levels
     )
@@ -211,7 +240,7 @@ def test_matches_a_model(ops: list[tuple[str, int, int]], shape: tuple[int, int,
             assert got == (None if expected is None else (key, expected[1]))
         else:
             now_us += value
-            out = w.advance(T0 + timedelta(microseconds=now_us))
+            out = w.advance(T0 + timedelta(microseconds=now_us), prepare)
             due_now = sorted(
                 ((due, s, k) for k, (due, s) in model.items() if due <= now_us),
             )
@@ -222,7 +251,7 @@ def test_matches_a_model(ops: list[tuple[str, int, int]], shape: tuple[int, int,
                 released_count[(k, s)] = released_count.get((k, s), 0) + 1
                 del model[k]
         assert len(w) == len(model)
-        nxt = w.next_due()
+        nxt = w.next_due(prepare)
         if model:
             assert nxt is not None
             assert nxt <= T0 + timedelta(microseconds=min(d for d, _ in model.values()))

@@ -30,6 +30,9 @@ class DispatcherConfig:
         dedup_window: how long a released (run_id, attempt) still drops copies (see
             :mod:`duetime_dispatcher.holding` for why it is short).
         tick: the timing wheel's resolution (precision is exact regardless).
+        prepare_ahead: how long before a run is due the wheel does the work of taking it out
+            (cascades, sorting): a midnight spike is sorted a second early, and released at
+            midnight by slicing a list. Nothing is released before it is due.
         commit_interval: how often faust commits the acked prefix of each partition.
         retry_interval: how long after the broker refused a release it is tried again.
         publish_timeout: the longest one release round waits for the broker's acknowledgements;
@@ -72,6 +75,7 @@ class DispatcherConfig:
     max_sleep: timedelta = timedelta(milliseconds=50)
     dedup_window: timedelta = timedelta(seconds=60)
     tick: timedelta = timedelta(milliseconds=10)
+    prepare_ahead: timedelta = timedelta(seconds=1)
     commit_interval: timedelta = timedelta(seconds=1)
     retry_interval: timedelta = timedelta(seconds=1)
     publish_timeout: timedelta = timedelta(seconds=35)
@@ -123,6 +127,8 @@ class DispatcherConfig:
                 raise ConfigError(f"dispatcher {name} must be positive")
         if self.dedup_window < timedelta(0):
             raise ConfigError("dispatcher dedup_window must not be negative")
+        if self.prepare_ahead < timedelta(0):
+            raise ConfigError("dispatcher prepare_ahead must not be negative")
 
     @property
     def low_water(self) -> int:

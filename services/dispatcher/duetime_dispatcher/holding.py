@@ -136,9 +136,11 @@ class Holding(Generic[T]):
         retry_interval: timedelta = timedelta(seconds=1),
         remember_max: int = 1_000_000,
         tick: timedelta = timedelta(milliseconds=10),
+        prepare: timedelta = timedelta(0),
     ) -> None:
         self._now = start_at
         self._tick = tick
+        self._prepare = prepare  # the wheel works this far ahead (see TimingWheel.advance)
         self._wheel: TimingWheel[RunKey, _Held[T]] = TimingWheel(start_at, tick=tick)
         self._ledger: OffsetLedger[T] = OffsetLedger()
         self._in_flight: dict[RunKey, Release[T]] = {}
@@ -194,7 +196,7 @@ class Holding(Generic[T]):
         self._forget_old_releases()
         releases = [
             Release(held.routed, held.source, now, held.claim, key)
-            for key, held in self._wheel.advance_keyed(now)
+            for key, held in self._wheel.advance_keyed(now, self._prepare)
         ]
         in_flight = self._in_flight
         for release in releases:
@@ -317,8 +319,9 @@ class Holding(Generic[T]):
     # -- state ---------------------------------------------------------------------------------
 
     def next_due(self) -> datetime | None:
-        """When :meth:`due` can next return something (never later than the earliest due_at)."""
-        return self._wheel.next_due()
+        """When :meth:`due` should next be called: never later than the earliest due_at, and
+        ``prepare`` ahead of the wheel's next cascade (its work is done before the due instant)."""
+        return self._wheel.next_due(self._prepare)
 
     @property
     def held(self) -> int:
