@@ -176,7 +176,7 @@ def _start_services(
     for label, url in ports.urls.items():
         sup.say("duetime", f"metrics.url name={label} url={url}")
     sup.start_all()
-    sup.say("duetime", f"api.url url={api.url} docs={api.url}/docs admin_token_file={api.file}")
+    sup.say("duetime", f"api.url url={api.url} admin_token_file={api.file}")
     store = Store(urls.database_url, pool_size=1, application_name="duetime-up")
     if demo is not None:
         with store.tx() as tx:

@@ -489,3 +489,6 @@ def test_openapi_document_lists_the_v1_paths(api: Api) -> None:
         "/v1/stats/forecast",
     } <= paths
     assert json.dumps(document["components"]["securitySchemes"]).count("bearer") == 1
+    # No page that would load scripts from a CDN.
+    assert api.client.get("/docs").status_code == 404
+    assert api.client.get("/redoc").status_code == 404
