@@ -7,6 +7,7 @@ Neither uses transactions or static membership: duetime is at-least-once with id
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -33,11 +34,17 @@ __all__ = [
 
 Headers = list[tuple[str, str | bytes | None]]
 
+# librdkafka's own log lines (a broker that went away, a retried request) go through Python's
+# logging, so they come out in the service's format (text or JSON lines, duetime.logs) instead of
+# being written by the C library straight to stderr. They are delivered when a client is polled.
+LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
+
 
 def producer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
     config: dict[str, Any] = {
         "bootstrap.servers": settings.require_kafka(),
         "client.id": settings.kafka_client_id,
+        "logger": LIBRDKAFKA_LOG,
         # Off on the embedded broker: it keeps producer ids in memory, and after a restart it
         # answers UNKNOWN_PRODUCER_ID to a live idempotent producer forever (librdkafka bumps the
         # epoch and retries, every record times out), so no service could publish again until
@@ -59,6 +66,7 @@ def consumer_config(settings: Settings, group_id: str, **overrides: Any) -> dict
     config: dict[str, Any] = {
         "bootstrap.servers": settings.require_kafka(),
         "client.id": settings.kafka_client_id,
+        "logger": LIBRDKAFKA_LOG,
         "group.id": group_id,
         "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
@@ -95,7 +103,11 @@ def make_producer(settings: Settings, **overrides: Any) -> Producer:
 
 
 def admin_client(settings: Settings) -> AdminClient:
-    return AdminClient({"bootstrap.servers": settings.require_kafka()})
+    config: dict[str, Any] = {
+        "bootstrap.servers": settings.require_kafka(),
+        "logger": LIBRDKAFKA_LOG,
+    }
+    return AdminClient(config)
 
 
 def create_topics(

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from duetime import logs
+from duetime.bus.kafka import make_producer
+from duetime.config import Settings
 from duetime_workers import logs as worker_logs
 
 
@@ -85,3 +87,17 @@ def test_an_unknown_format_falls_back_to_text_and_says_so(captured: io.StringIO)
     logs.configure_logging("planner", "INFO", "yaml", stream=captured)
     line = captured.getvalue().strip()
     assert "WARNING planner log.format_unknown format=yaml known=text,json" in line
+
+
+def test_librdkafka_lines_come_out_in_the_service_format(captured: io.StringIO) -> None:
+    logs.configure_logging("worker", "INFO", "json", stream=captured)
+    producer = make_producer(Settings(database_url="", kafka_bootstrap="127.0.0.1:1"))
+    producer.produce("nowhere", b"v")
+    for _ in range(20):  # its log lines are delivered when the client is polled
+        producer.poll(0.1)
+        if captured.getvalue():
+            break
+    lines = [json.loads(line) for line in captured.getvalue().splitlines()]
+    assert lines, "librdkafka logged nothing about a broker that refuses connections"
+    assert {line["logger"] for line in lines} == {"librdkafka"}
+    assert any("Connection refused" in line["message"] for line in lines)
