@@ -66,6 +66,9 @@ class ConsumerLagProbe:
             )
             start = tp.offset if tp.offset >= 0 else low
             lag[tp.partition] = max(0, high - start)
+        # Never subscribed, so never polled otherwise: serve its queued log lines and errors
+        # (duetime.bus.kafka routes them to logging), which would pile up over a long outage.
+        consumer.poll(0)
         return ConsumerLag(sum(lag.values()), lag)
 
     def close(self) -> None:
