@@ -16,7 +16,7 @@ from typing import Any
 
 from duetime.config import load_settings
 from duetime.coord.backend import LeaseView
-from duetime.coord.etcd import EtcdBackend, etcd_root, parse_endpoint
+from duetime.coord.etcd import EtcdBackend, etcd_root
 from duetime.sharding import SHARD_COUNT
 
 from ._output import print_json, print_table
@@ -32,8 +32,7 @@ def register(sub: Any) -> None:
 
 
 async def _etcd_view(endpoints: str, topic_prefix: str) -> LeaseView:
-    host, port = parse_endpoint(endpoints)
-    backend = EtcdBackend(host, port, etcd_root(topic_prefix))
+    backend = EtcdBackend.from_endpoints(endpoints, etcd_root(topic_prefix))
     try:
         return await backend.view()
     finally:

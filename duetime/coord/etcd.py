@@ -4,13 +4,18 @@ Keys, under ``root`` (``/duetime/<topic prefix>planner/``, so stacks sharing an 
 ``members/<member>`` and ``shards/<nnn>`` (value: the member), all on the member's one lease.
 aetcd's errors are translated here into ``CoordError``; every call has the client's deadline.
 Reads are linearizable (aetcd's default): a planner must not act on a stale follower's view.
+
+aetcd talks to one endpoint. With several (``DUETIME_ETCD_ENDPOINTS=a:2379,b:2379,c:2379``) a
+call that fails moves the adapter to the next endpoint for the calls that follow, so the loss of
+the member it talked to costs one failed call, not the lease: leases and keys are the cluster's,
+and a keepalive through another member refreshes the same lease.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import aetcd
@@ -19,7 +24,7 @@ from duetime.errors import ConfigError, CoordError
 
 from .backend import LeaseView, ShardKey
 
-__all__ = ["EtcdBackend", "etcd_root", "parse_endpoint"]
+__all__ = ["EtcdBackend", "etcd_root", "parse_endpoint", "parse_endpoints"]
 
 T = TypeVar("T")
 
@@ -28,41 +33,84 @@ def etcd_root(topic_prefix: str) -> str:
     return f"/duetime/{topic_prefix}planner/"
 
 
+def parse_endpoints(endpoints: str) -> list[tuple[str, int]]:
+    """Every endpoint of ``DUETIME_ETCD_ENDPOINTS`` (comma-separated host:port or URLs)."""
+    found = []
+    for item in endpoints.split(","):
+        text = item.strip()
+        if not text:
+            continue
+        parts = urlsplit(text if "://" in text else f"http://{text}")
+        if not parts.hostname or parts.port is None:
+            raise ConfigError(f"etcd endpoint must be host:port or http://host:port, not {text!r}")
+        found.append((parts.hostname, parts.port))
+    if not found:
+        raise ConfigError("no etcd endpoint given")
+    return found
+
+
 def parse_endpoint(endpoints: str) -> tuple[str, int]:
-    """The first of ``DUETIME_ETCD_ENDPOINTS`` (aetcd talks to one endpoint)."""
-    first = endpoints.split(",")[0].strip()
-    parts = urlsplit(first if "://" in first else f"http://{first}")
-    if not parts.hostname or parts.port is None:
-        raise ConfigError(f"etcd endpoint must be host:port or http://host:port, not {first!r}")
-    return parts.hostname, parts.port
+    """The first of ``DUETIME_ETCD_ENDPOINTS``."""
+    return parse_endpoints(endpoints)[0]
 
 
 class EtcdBackend:
     """Create it inside the event loop that will use it (grpc.aio channels belong to a loop)."""
 
-    def __init__(self, host: str, port: int, root: str, *, timeout: float = 2.0) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        root: str,
+        *,
+        timeout: float = 2.0,
+        more: Sequence[tuple[str, int]] = (),
+    ) -> None:
+        self._endpoints = [(host, port), *more]
+        self._current = 0
+        self._timeout = timeout
         self._client = aetcd.Client(host=host, port=port, timeout=timeout)
         self._root = root.encode()
-        self._leases: dict[int, Any] = {}
+        self._leases: set[int] = set()
+
+    @classmethod
+    def from_endpoints(cls, endpoints: str, root: str, *, timeout: float = 2.0) -> EtcdBackend:
+        (host, port), *more = parse_endpoints(endpoints)
+        return cls(host, port, root, timeout=timeout, more=more)
+
+    @property
+    def endpoint(self) -> tuple[str, int]:
+        return self._endpoints[self._current]
 
     async def _call(self, what: str, awaitable: Awaitable[T]) -> T:
         try:
             return await awaitable
         except aetcd.exceptions.ClientError as exc:
+            await self._next_endpoint()
             raise CoordError(f"etcd {what} failed: {type(exc).__name__}: {exc}") from exc
         except TimeoutError as exc:
+            await self._next_endpoint()
             raise CoordError(f"etcd {what} timed out") from exc
+
+    async def _next_endpoint(self) -> None:
+        if len(self._endpoints) == 1:
+            return
+        with contextlib.suppress(aetcd.exceptions.ClientError):
+            await self._client.close()
+        self._current = (self._current + 1) % len(self._endpoints)
+        host, port = self._endpoints[self._current]
+        self._client = aetcd.Client(host=host, port=port, timeout=self._timeout)
 
     def _shard_key(self, shard: int) -> bytes:
         return self._root + b"shards/%03d" % shard
 
     async def grant(self, ttl_seconds: int) -> int:
         lease = await self._call("lease grant", self._client.lease(ttl_seconds))
-        self._leases[lease.id] = lease
+        self._leases.add(int(lease.id))
         return int(lease.id)
 
     async def keepalive(self, lease: int) -> int:
-        response = await self._call("keepalive", self._leases[lease].refresh())
+        response = await self._call("keepalive", self._client.refresh_lease(lease))
         return int(response.TTL)
 
     async def join(self, member: str, lease: int) -> None:
@@ -114,9 +162,9 @@ class EtcdBackend:
         return bool(ok)
 
     async def revoke(self, lease: int) -> None:
-        held = self._leases.pop(lease, None)
-        if held is not None:
-            await self._call("revoke", held.revoke())
+        if lease in self._leases:
+            self._leases.discard(lease)
+            await self._call("revoke", self._client.revoke_lease(lease))
 
     async def close(self) -> None:
         with contextlib.suppress(aetcd.exceptions.ClientError):

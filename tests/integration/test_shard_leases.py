@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from duetime.coord.backend import ShardLeaseBackend
-from duetime.coord.etcd import EtcdBackend, parse_endpoint
+from duetime.coord.etcd import EtcdBackend, parse_endpoint, parse_endpoints
 from duetime.errors import ConfigError, CoordError
 from duetime_infra import StackUrls
 from tests.fakes.shard_leases import FakeEtcd
@@ -100,3 +100,27 @@ def test_endpoint_parsing() -> None:
     assert parse_endpoint("vm:23379") == ("vm", 23379)
     with pytest.raises(ConfigError):
         parse_endpoint("http://nohost")
+
+
+async def test_a_failed_endpoint_moves_the_adapter_to_the_next_one(stack: StackUrls) -> None:
+    host, port = parse_endpoint(stack.etcd_endpoints)
+    # The first endpoint is dead (nothing listens on port 9); the lease lives on the cluster.
+    backend = EtcdBackend.from_endpoints(
+        f"http://127.0.0.1:9,http://{host}:{port}",
+        f"/duetime-test/{uuid.uuid4().hex[:8]}/",
+        timeout=0.5,
+    )
+    try:
+        with pytest.raises(CoordError):
+            await backend.grant(10)
+        assert backend.endpoint == (host, port)
+        lease = await backend.grant(10)
+        assert await backend.keepalive(lease) > 0
+    finally:
+        await backend.close()
+
+
+def test_endpoint_lists_are_parsed_whole() -> None:
+    assert parse_endpoints("a:1, http://b:2 ,") == [("a", 1), ("b", 2)]
+    with pytest.raises(ConfigError):
+        parse_endpoints(" , ")

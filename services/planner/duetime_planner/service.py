@@ -23,7 +23,7 @@ from confluent_kafka import Consumer
 from duetime.bus.kafka import consumer_config, create_topics, make_producer
 from duetime.bus.topics import TopicCatalog
 from duetime.config import Settings, load_settings
-from duetime.coord.etcd import EtcdBackend, etcd_root, parse_endpoint
+from duetime.coord.etcd import EtcdBackend, etcd_root, parse_endpoints
 from duetime.coord.ownership import OwnershipConfig
 from duetime.coord.runner import OwnershipThread
 from duetime.errors import ConfigError, DuetimeError
@@ -96,11 +96,12 @@ def _ownership(args: argparse.Namespace, settings: Settings, member: str) -> Own
         return None
     if not settings.etcd_endpoints:
         raise ConfigError("--shard-mode etcd needs DUETIME_ETCD_ENDPOINTS")
-    host, port = parse_endpoint(settings.etcd_endpoints)
+    endpoints = settings.etcd_endpoints
+    parse_endpoints(endpoints)  # a bad endpoint fails the start, not the ownership thread
     root = etcd_root(settings.topic_prefix)
     ttl = timedelta(seconds=args.lease_ttl)
     config = OwnershipConfig(ttl=ttl, margin=min(timedelta(seconds=2), ttl / 4))
-    return OwnershipThread(lambda: EtcdBackend(host, port, root), member, config)
+    return OwnershipThread(lambda: EtcdBackend.from_endpoints(endpoints, root), member, config)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
