@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
@@ -204,9 +204,3 @@ class ShardOwnership:
                 await self.backend.revoke(lease)
             except CoordError as exc:
                 event(log, "shards.revoke_failed", logging.WARNING, error=exc)
-
-
-def tokens_for(owned: Mapping[int, int], shards: Iterable[int]) -> dict[int, int]:
-    """``owned`` restricted to ``shards`` (a planner configured for a subset)."""
-    wanted = set(shards)
-    return {s: t for s, t in owned.items() if s in wanted}
