@@ -98,7 +98,17 @@ def _string(value: Any, field: str, *, max_length: int = 1024) -> str:
         raise _fail(field, f"is longer than {max_length} characters")
     if "\x00" in value:
         raise _fail(field, "contains a NUL character")
+    _text_size(value, field)
     return value
+
+
+def _text_size(value: str, field: str) -> int:
+    """The UTF-8 size of ``value``; a lone UTF-16 surrogate (which a JSON file's ``\\ud800``
+    escape can carry) has none, and neither the database nor a worker could send it."""
+    try:
+        return len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise _fail(field, "is not valid Unicode (a lone surrogate)") from exc
 
 
 def _number(value: Any, field: str, *, low: float, high: float, integer: bool = True) -> float:
@@ -387,7 +397,9 @@ def validate_job(job: JobDefinition, field: str = "job") -> JobDefinition:
     try:
         _VALIDATED.get(job.schedule)
     except InvalidInput as exc:
-        raise _fail(f"{field}.schedule.{exc.field}", exc.reason) from exc
+        # The expression's errors name the key it is written under (cron, interval or at).
+        where = job.schedule.kind if exc.field == "schedule" else exc.field
+        raise _fail(f"{field}.schedule.{where}", exc.reason) from exc
     _check_bounds(job, field)
     if job.heartbeat_interval >= job.lease:
         raise _fail(f"{field}.heartbeat_seconds", "must be shorter than lease_seconds")
@@ -434,7 +446,7 @@ def _validate_target(target: Target, field: str) -> None:
     if isinstance(target, KafkaTarget):
         if not TOPIC_PATTERN.match(target.topic):
             raise _fail(f"{field}.kafka.topic", "use 1-249 characters from A-Z a-z 0-9 . _ -")
-        if len(target.value.encode("utf-8")) > MAX_BODY_BYTES:
+        if _text_size(target.value, f"{field}.kafka.value") > MAX_BODY_BYTES:
             raise _fail(f"{field}.kafka.value", f"is larger than {MAX_BODY_BYTES} bytes")
         return
     try:
@@ -452,7 +464,7 @@ def _validate_target(target: Target, field: str) -> None:
         raise _fail(f"{field}.http.url", f"is longer than {MAX_URL_LENGTH} characters")
     if target.method.upper() not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
         raise _fail(f"{field}.http.method", "must be GET, POST, PUT, PATCH or DELETE")
-    if target.body is not None and len(target.body.encode("utf-8")) > MAX_BODY_BYTES:
+    if target.body is not None and _text_size(target.body, f"{field}.http.body") > MAX_BODY_BYTES:
         raise _fail(f"{field}.http.body", f"is larger than {MAX_BODY_BYTES} bytes")
     total = 0
     for name, value in target.headers:
@@ -478,6 +490,7 @@ def _validate_target(target: Target, field: str) -> None:
         else:
             if any(ch in value for ch in "\r\n\x00"):
                 raise _fail(f"{field}.http.headers.{name}", "must not contain CR, LF or NUL")
+            _text_size(value, f"{field}.http.headers.{name}")
             text = value
         total += len(name) + len(text)
     if total > MAX_HEADER_BYTES:
@@ -494,6 +507,7 @@ def _validate_secret_ref(ref: SecretRef, field: str) -> None:
         raise _fail(f"{field}.prefix", f"is longer than {MAX_SECRET_PREFIX} characters")
     if any(ch in ref.prefix for ch in "\r\n\x00"):
         raise _fail(f"{field}.prefix", "must not contain CR, LF or NUL")
+    _text_size(ref.prefix, f"{field}.prefix")
 
 
 def parse_jobs(document: Any) -> list[JobDefinition]:

@@ -184,12 +184,21 @@ def test_malformed_json_and_parameters_are_400_naming_the_field(api: Api) -> Non
 def test_strings_postgresql_cannot_store_are_refused_with_their_field(
     api: Api, target: dict[str, Any], field: str, reason: str
 ) -> None:
-    """NUL and lone surrogates (JSON can carry them) would fail in the driver: a 400 instead."""
+    """NUL and lone surrogates (JSON can carry them) would fail in the driver: a 400 instead,
+    with the message a job file gets."""
     headers = {**api.token(None), "Content-Type": "application/json"}
     body = json.dumps(http_job("odd", target=target))  # ASCII escapes: \u0000, \ud800
     answer = api.client.post("/v1/jobs", content=body, headers=headers)
     assert answer.status_code == 400, answer.text
     assert answer.json()["field"] == field and reason in answer.json()["message"]
+    if reason == "Unicode":  # the job file's message; a NUL there is PostgreSQL's to refuse
+        with pytest.raises(InvalidInput) as refused:
+            parse_job(http_job("odd", target=target), "job")
+        assert answer.json()["message"] == str(refused.value)
+    # A key the answer would have to quote is refused before: answers are valid UTF-8.
+    odd_key = json.dumps(http_job("odd", **{"\ud800": 1}))
+    answer = api.client.post("/v1/jobs", content=odd_key, headers=headers)
+    assert answer.status_code == 400 and answer.json()["field"] == "job"
     deep = api.client.post("/v1/jobs", content="[" * 100_000 + "]" * 100_000, headers=headers)
     assert deep.status_code == 400 and deep.json()["field"] == "body"
 

@@ -29,8 +29,11 @@ def _storable(value: str, field: str) -> None:
 
 
 def check_strings(value: Any, field: str, depth: int = 0) -> None:
-    """Every string of a JSON document (keys too) is storable; the field names the first one
-    that is not, in the job-file notation (``job.target.http.body``, ``jobs[2].id``)."""
+    """Every string of a JSON document, keys too, is storable text; the field names the first
+    that is not, in the job-file notation (``job.target.http.body``). Job validation refuses a
+    lone surrogate in its fields too, with the same message; a NUL in a body or a Kafka value
+    only PostgreSQL would refuse, without naming the field, and an answer that quotes a key
+    cannot carry a lone surrogate at all, hence this walk before it."""
     if depth > _MAX_DEPTH:
         raise InvalidInput(field, f"is nested deeper than {_MAX_DEPTH} levels")
     if isinstance(value, str):
