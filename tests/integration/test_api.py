@@ -115,7 +115,7 @@ def test_job_lifecycle(api: Api) -> None:
 @pytest.mark.parametrize(
     ("body", "field"),
     [
-        (http_job("bad-cron", schedule={"cron": "60 * * * *"}), None),
+        (http_job("bad-cron", schedule={"cron": "60 * * * *"}), "job.schedule.cron"),
         (http_job("bad-zone", schedule={"cron": "0 2 * * *", "time_zone": "Mars/Base"}), None),
         (http_job("bad-url", target={"http": {"url": "ftp://example.com"}}), None),
         (http_job("bad id!"), "job.id"),
