@@ -6,7 +6,6 @@ stored in another tenant."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from sqlalchemy import text
 
-from duetime.bus.kafka import consumer_config, create_topics, producer_config
+from duetime.bus.kafka import consumer_config
 from duetime.bus.records import JOB_DEFINITIONS, JOB_REJECTIONS
 from duetime.bus.topics import TopicCatalog
 from duetime.config import Settings
@@ -30,20 +29,6 @@ from duetime_planner.ingest import JobIngest
 pytestmark = pytest.mark.integration
 
 SECRET = "operator-secret-for-the-jobs-topic"
-
-
-@pytest.fixture
-def env(database_url: str, stack: Any) -> Iterator[tuple[Settings, Store, Producer]]:
-    settings = Settings(
-        database_url=database_url,
-        kafka_bootstrap=stack.kafka_bootstrap,
-        topic_prefix=f"g{uuid.uuid4().hex[:8]}.",
-    )
-    create_topics(settings)
-    store = Store(database_url, pool_size=2)
-    producer = Producer(producer_config(settings))
-    yield settings, store, producer
-    store.close()
 
 
 def _job(job_id: str, tenant: str) -> JobDefinition:
