@@ -13,6 +13,8 @@ database): what is checked is which planner owns which shard, and the run rows t
   after the other planner claimed the shards, and the fence refuses it (counted on the fence row);
 - etcd killed: the planner keeps its shards until TTL - margin after its last keepalive, then
   plans nothing; when etcd is back it takes them again with higher tokens and catches up.
+- PostgreSQL killed and started again: both planners ride it out, keep their shards and fence
+  rows, and plan every occurrence of the outage once.
 
 """
 
@@ -31,8 +33,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from duetime.coord.rendezvous import assignment
 from duetime.sharding import SHARD_COUNT, shard_for
-from duetime_infra import EtcdServer, StackUrls
+from duetime_infra import EmbeddedStack, EtcdServer, StackUrls
 from tests.fixtures.proxy import TcpProxy
 
 from .pipeline import Pipeline
@@ -79,6 +82,13 @@ def _split_between(p: Pipeline, a: str, b: str) -> dict[str, set[int]] | None:
     if set(owners) == {a, b} and sum(len(s) for s in owners.values()) == SHARD_COUNT:
         return owners
     return None
+
+
+def _settled_split(p: Pipeline, a: str, b: str) -> dict[str, set[int]] | None:
+    """The fence's view once it matches rendezvous hashing over ``a`` and ``b`` (a rebalance
+    passes through splits that do not)."""
+    owners = _owners(p)
+    return owners if owners == assignment([a, b], range(SHARD_COUNT)) else None
 
 
 def _jobs_on(shard_ids: set[int], count: int, prefix: str) -> list[str]:
@@ -133,7 +143,7 @@ def test_two_planners_split_the_shards_and_duetime_shards_shows_them(
     a = _start(planners, "planner-a")
     b = _start(planners, "planner-b")
     owners = planners.wait_until(
-        "both planners to claim their shards", lambda: _split_between(planners, a, b), 30
+        "both planners to claim their shards", lambda: _settled_split(planners, a, b), 30
     )
     # Rendezvous hashing: each holds a fair part, none holds a shard twice.
     assert all(32 <= len(s) <= 96 for s in owners.values()), {k: len(v) for k, v in owners.items()}
@@ -343,3 +353,44 @@ def test_etcd_unavailable_planner_stops_after_ttl_then_catches_up(
     finally:
         etcd.stop()
     print(f"\netcd killed -> shards dropped after {stopped_after:.1f} s (TTL 4 s, margin 1 s)")
+
+
+def test_postgres_restarted_under_two_fenced_planners_nothing_lost_or_doubled(
+    stack: StackUrls, tmp_path: Path
+) -> None:
+    """PostgreSQL killed and started again under two planners in etcd mode: both ride it out,
+    keep their shards and fence rows (no refusal), and every occurrence of the outage is planned
+    once. A PostgreSQL of the test's own: restarting the session's would break other tests."""
+    pg = EmbeddedStack(tmp_path / "pg", components=("postgres",), durable=True, die_with_owner=True)
+    urls = pg.up()
+    p = Pipeline(urls.database_url, stack.kafka_bootstrap, tmp_path)
+    p.env["DUETIME_ETCD_ENDPOINTS"] = stack.etcd_endpoints
+    try:
+        a = _start(p, "planner-a")
+        b = _start(p, "planner-b")
+        before = p.wait_until("the split", lambda: _settled_split(p, a, b), 30)
+        jobs = [f"pg-outage-{i}" for i in range(6)]
+        p.apply([_job(j) for j in jobs])
+        p.wait_until("runs", lambda: all(_slots(p, j) for j in jobs), 30)
+
+        p.store.engine.dispose()  # the test's own connections die with the server
+        pg.postgres.kill()
+        time.sleep(4)
+        pg.postgres.start()
+        healed = _db_now(p)
+        p.wait_until(
+            "both planners to plan past the outage",
+            lambda: all(_slots(p, j)[-1] > healed + timedelta(seconds=3) for j in jobs),
+            60,
+        )
+        for job in jobs:  # catch_up all: every occurrence across the outage, once
+            slots = _slots(p, job)
+            assert not _missing(slots) and len(slots) == len(set(slots)), job
+        assert _owners(p) == before  # nobody lost a shard to a database outage
+        assert p.sql("SELECT coalesce(sum(rejected), 0) AS n FROM shard_owners")[0].n == 0
+        for name in ("planner-a", "planner-b"):
+            assert "planner.round_failed" in p.log_text(name)  # the outage was seen ...
+            assert p.processes[name].poll() is None  # ... and ridden out
+    finally:
+        p.stop_all()
+        pg.down()
