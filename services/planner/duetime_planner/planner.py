@@ -40,7 +40,7 @@ from duetime.logs import event
 from duetime.model import HttpTarget, RunEvent
 from duetime.planning import JobPlan, PlannedRun, PlanningRate, lookahead_for, plan_jobs
 from duetime.schedule import ScheduleCache
-from duetime.store import NewRun, flow
+from duetime.store import NewRun, OccurrenceGap, flow
 from duetime.store.rows import DueJob, OutboxRun
 
 from .config import PlannerConfig
@@ -93,6 +93,12 @@ class _MissingPartitions(Exception):
         self.days = days
 
 
+def _gap(job: DueJob, skipped: tuple[datetime, datetime]) -> OccurrenceGap:
+    """The ledger's record of the missed occurrences ``job``'s catch-up policy left out."""
+    reason = "max_catch_up" if job.catch_up == "all" else "catch_up"
+    return OccurrenceGap(job.job_id, *skipped, reason, job.catch_up, job.shard_id)
+
+
 def _utc_day(instant: datetime) -> date:
     return instant.astimezone(UTC).date()
 
@@ -120,6 +126,7 @@ class Planner:
         # shard -> the token this planner last claimed it with in the fence (etcd mode)
         self._claimed: dict[int, int] = {}
         self._pending_claims: frozenset[int] = frozenset()
+        self._last_refused: frozenset[int] = frozenset()
         self._round = _RoundShards(self.config.shards, None)
         self._partitions: set[date] = set()
         self._last_sweep: float | None = None
@@ -261,7 +268,9 @@ class Planner:
                 tokens = {s: tokens[s] for s in fence.held}
                 shards = sorted(fence.held)
                 refused = len(fence.refused)
-                if refused:
+                # Every refusal is counted on its row; the log says when the set changes (a
+                # stale view lasts until the lease thread notices, usually a round or two).
+                if fence.refused and fence.refused != self._last_refused:
                     event(
                         log,
                         "shards.fenced",
@@ -270,6 +279,7 @@ class Planner:
                         refused=refused,
                         shards=",".join(map(str, sorted(fence.refused)[:8])),
                     )
+                self._last_refused = fence.refused
             lookahead = self.lookahead
             due = tx.jobs_get_due_batch(shards, now + lookahead, cfg.batch_size) if shards else []
             plans = plan_jobs(
@@ -280,6 +290,7 @@ class Planner:
             planned: list[tuple[DueJob, tuple[PlannedRun, ...]]] = []
             # (job_id, next_run_at, last scheduled_for): written in one statement, not per job.
             advances: list[tuple[str, datetime | None, datetime | None]] = []
+            gaps: list[OccurrenceGap] = []  # the occurrence ledger: what catch-up left out
             for job, plan in zip(due, plans, strict=True):
                 if isinstance(plan, InvalidInput):
                     # The stored schedule no longer compiles (e.g. a zone removed from tzdata):
@@ -310,11 +321,14 @@ class Planner:
                     planned.append((job, plan.runs))
                 last = plan.runs[-1].scheduled_for if plan.runs else None
                 advances.append((job.job_id, plan.next_run_at, last))
+                if plan.skipped is not None:
+                    gaps.append(_gap(job, plan.skipped))
             days = {_utc_day(r.scheduled_for) for r in new_runs} - self._partitions
             if days:
                 raise _MissingPartitions(days)
             inserted = tx.runs_insert_many(new_runs, tokens)
             advanced = tx.jobs_advance_many(advances, tokens)
+            tx.occurrence_gaps_insert(gaps, tokens)
         fenced = len(advances) - advanced if tokens is not None else 0
         if fenced:
             event(log, "planner.writes_fenced", logging.WARNING, member=self.member, jobs=fenced)
