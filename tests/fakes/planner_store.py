@@ -17,11 +17,38 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from duetime.flow import TargetLimit
-from duetime.schedule import RetryPolicy
+from duetime.model import HttpTarget
+from duetime.schedule import RetryPolicy, ScheduleSpec
+from duetime.sharding import shard_for
 from duetime.store import NewRun, ShardFence
 from duetime.store.rows import DueJob, OutboxRun
 
-__all__ = ["FakePlannerStore", "FakeProducer", "FakeRun", "FenceRow"]
+__all__ = ["FakePlannerStore", "FakeProducer", "FakeRun", "FenceRow", "due_job"]
+
+
+EVERY_10S = ScheduleSpec(kind="interval", expression="PT10S", time_zone="UTC")
+
+
+def due_job(job_id: str, *, next_run_at: datetime, catch_up: str = "once") -> DueJob:
+    """A job as the due scan returns it: every 10 s to an HTTP target, tenant ``t``, target
+    service ``svc`` (what tests/integration/test_planner_store_contract.py stores too)."""
+    return DueJob(
+        job_id=job_id,
+        tenant="t",
+        schedule=EVERY_10S,
+        window=timedelta(0),
+        catch_up=catch_up,
+        max_catch_up=100,
+        target_service="svc",
+        max_attempts=3,
+        next_run_at=next_run_at,
+        last_scheduled_for=None,
+        target=HttpTarget(url="https://example.test/hook"),
+        lease=timedelta(seconds=60),
+        heartbeat_interval=timedelta(seconds=20),
+        retry=RetryPolicy(),
+        shard_id=shard_for(job_id),
+    )
 
 
 @dataclass

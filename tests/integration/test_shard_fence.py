@@ -14,42 +14,19 @@ from sqlalchemy import text
 
 from duetime.bus.topics import TopicCatalog
 from duetime.jobdef import parse_jobs
-from duetime.model import HttpTarget
-from duetime.schedule import RetryPolicy, ScheduleSpec
 from duetime.sharding import shard_for
 from duetime.store import Store
 from duetime.store.jobs import jobs_apply
-from duetime.store.rows import DueJob
 from duetime_planner.config import PlannerConfig
 from duetime_planner.planner import Planner
 from duetime_planner.ports import PlannerStore
-from tests.fakes.planner_store import FakePlannerStore, FakeProducer
+from tests.fakes.planner_store import FakePlannerStore, FakeProducer, due_job
 
 pytestmark = pytest.mark.integration
 
 JOB = "fence-job"
 SHARD = shard_for(JOB)
 LATER = datetime(2030, 1, 1, tzinfo=UTC)
-
-
-def _fake_job() -> DueJob:
-    return DueJob(
-        job_id=JOB,
-        tenant="default",
-        schedule=ScheduleSpec(kind="interval", expression="PT1H", time_zone="UTC"),
-        window=timedelta(0),
-        catch_up="once",
-        max_catch_up=100,
-        target_service="svc",
-        max_attempts=3,
-        next_run_at=datetime(2026, 1, 1, tzinfo=UTC),
-        last_scheduled_for=None,
-        target=HttpTarget(url="https://example.test/"),
-        lease=timedelta(seconds=60),
-        heartbeat_interval=timedelta(seconds=20),
-        retry=RetryPolicy(),
-        shard_id=SHARD,
-    )
 
 
 def _definition(job_id: str) -> dict[str, Any]:
@@ -65,7 +42,7 @@ def _definition(job_id: str) -> dict[str, Any]:
 def store(request: pytest.FixtureRequest) -> Iterator[PlannerStore]:
     if request.param == "fake":
         fake = FakePlannerStore()
-        fake.add_job(_fake_job())
+        fake.add_job(due_job(JOB, next_run_at=datetime(2026, 1, 1, tzinfo=UTC)))
         yield fake
         return
     database_url: str = request.getfixturevalue("database_url")

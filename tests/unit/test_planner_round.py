@@ -8,39 +8,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from duetime.bus.topics import TopicCatalog
-from duetime.model import HttpTarget
-from duetime.schedule import RetryPolicy, ScheduleSpec
 from duetime.sharding import shard_for
 from duetime.store.rows import DueJob
 from duetime_planner.config import PlannerConfig
 from duetime_planner.planner import Planner
-from tests.fakes.planner_store import FakePlannerStore, FakeProducer
+from tests.fakes.planner_store import FakePlannerStore, FakeProducer, due_job
 
 NOW = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
-EVERY_10S = ScheduleSpec(kind="interval", expression="PT10S", time_zone="UTC")
 CONFIG = PlannerConfig(
     lookahead=timedelta(seconds=30), max_lookahead=timedelta(seconds=30), batch_size=50
 )
 
 
 def _job(job_id: str, *, next_run_at: datetime = NOW, catch_up: str = "once") -> DueJob:
-    return DueJob(
-        job_id=job_id,
-        tenant="t",
-        schedule=EVERY_10S,
-        window=timedelta(0),
-        catch_up=catch_up,
-        max_catch_up=100,
-        target_service="svc",
-        max_attempts=3,
-        next_run_at=next_run_at,
-        last_scheduled_for=None,
-        target=HttpTarget(url="https://example.test/hook"),
-        lease=timedelta(seconds=60),
-        heartbeat_interval=timedelta(seconds=20),
-        retry=RetryPolicy(),
-        shard_id=shard_for(job_id),
-    )
+    return due_job(job_id, next_run_at=next_run_at, catch_up=catch_up)
 
 
 @dataclass

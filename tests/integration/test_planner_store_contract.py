@@ -1,0 +1,153 @@
+"""One contract for the planner's store port, run against its in-memory twin and PostgreSQL.
+
+tests/unit/test_planner_round.py plans against the twin (tests/fakes/planner_store.py); this
+suite is what makes that trust earned for the statements a round relies on beyond the fence
+(tests/integration/test_shard_fence.py): the due scan (shards, horizon, order, limit, paused),
+run inserts that create each occurrence once, job advances, and the outbox (unpublished runs due
+within the horizon, marked published once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from duetime.jobdef import parse_jobs
+from duetime.model import run_id_for
+from duetime.sharding import shard_for
+from duetime.store import NewRun, Store
+from duetime.store.jobs import jobs_apply
+from duetime.store.rows import DueJob
+from duetime_planner.ports import PlannerStore
+from tests.fakes.planner_store import FakePlannerStore, due_job
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+JOBS = ["c-0", "c-1", "c-2", "c-3"]
+
+
+def _definition(job_id: str) -> dict[str, Any]:
+    return {
+        "id": job_id,
+        "tenant": "t",
+        "schedule": {"interval": "PT10S"},
+        "target": {"http": {"url": "https://example.test/hook"}},
+        "target_service": "svc",
+    }
+
+
+class _Contract:
+    """Sets up the same jobs in either store, due at given instants."""
+
+    def __init__(self, store: PlannerStore, set_due: Any, pause: Any) -> None:
+        self.store = store
+        self.set_due = set_due
+        self.pause = pause
+
+
+@pytest.fixture(params=["fake", "postgres"])
+def contract(request: pytest.FixtureRequest) -> Iterator[_Contract]:
+    if request.param == "fake":
+        fake = FakePlannerStore(T0)
+        for job_id in JOBS:
+            fake.add_job(due_job(job_id, next_run_at=T0))
+
+        def fake_due(job_id: str, when: datetime) -> None:
+            fake.state.jobs[job_id] = replace(fake.job(job_id), next_run_at=when)
+
+        def fake_pause(job_id: str) -> None:
+            fake.state.paused.add(job_id)  # the state a transaction committed last
+
+        yield _Contract(fake, fake_due, fake_pause)
+        return
+    real = Store(request.getfixturevalue("database_url"), pool_size=2)
+    with real.tx() as tx:
+        jobs_apply(tx, parse_jobs([_definition(j) for j in JOBS]))
+        tx.runs_ensure_partition(T0.date())
+
+    def real_due(job_id: str, when: datetime) -> None:
+        with real.engine.begin() as conn:
+            conn.execute(
+                text("UPDATE jobs SET next_run_at = :w WHERE job_id = :j"), {"w": when, "j": job_id}
+            )
+
+    def real_pause(job_id: str) -> None:
+        with real.engine.begin() as conn:
+            conn.execute(text("UPDATE jobs SET paused = true WHERE job_id = :j"), {"j": job_id})
+
+    try:
+        yield _Contract(real, real_due, real_pause)
+    finally:
+        real.close()
+
+
+def _ids(jobs: list[DueJob]) -> list[str]:
+    return [j.job_id for j in jobs]
+
+
+def test_the_due_scan_takes_the_oldest_due_jobs_of_the_given_shards(contract: _Contract) -> None:
+    for n, job_id in enumerate(JOBS):
+        contract.set_due(job_id, T0 + timedelta(seconds=n))
+    every = [shard_for(j) for j in JOBS]
+    with contract.store.tx() as tx:
+        assert _ids(tx.jobs_get_due_batch(every, T0 + timedelta(seconds=2), 10)) == JOBS[:3]
+        assert _ids(tx.jobs_get_due_batch(every, T0 + timedelta(hours=1), 2)) == JOBS[:2]
+        only = [shard_for("c-3")]
+        assert _ids(tx.jobs_get_due_batch(only, T0 + timedelta(hours=1), 10)) == ["c-3"]
+        due = tx.jobs_get_due_batch(every, T0 + timedelta(hours=1), 10)
+        assert {j.job_id: j.shard_id for j in due} == {j: shard_for(j) for j in JOBS}
+    contract.pause("c-0")
+    with contract.store.tx() as tx:
+        assert "c-0" not in _ids(tx.jobs_get_due_batch(every, T0 + timedelta(hours=1), 10))
+
+
+def test_an_occurrence_is_inserted_once_and_advances_move_the_job(contract: _Contract) -> None:
+    contract.set_due("c-1", T0)
+    run = NewRun(run_id_for("c-1", T0), "c-1", "t", "svc", T0, T0, 3, shard_for("c-1"))
+    with contract.store.tx() as tx:
+        assert tx.runs_insert_many([run]) == {run.run_id}
+        assert tx.runs_insert_many([run]) == set()
+        assert tx.jobs_advance_many([("c-1", T0 + timedelta(seconds=10), T0)]) == 1
+    with contract.store.tx() as tx:
+        due = tx.jobs_get_due_batch([shard_for("c-1")], T0 + timedelta(seconds=5), 10)
+        assert "c-1" not in _ids(due)
+        due = tx.jobs_get_due_batch([shard_for("c-1")], T0 + timedelta(seconds=10), 10)
+        moved = [(j.next_run_at, j.last_scheduled_for) for j in due if j.job_id == "c-1"]
+        assert moved == [(T0 + timedelta(seconds=10), T0)]
+
+
+def test_the_outbox_returns_unpublished_runs_due_within_the_horizon_once(
+    contract: _Contract,
+) -> None:
+    runs = [
+        NewRun(
+            run_id_for("c-2", T0 + timedelta(seconds=s)),
+            "c-2",
+            "t",
+            "svc",
+            T0 + timedelta(seconds=s),
+            T0 + timedelta(seconds=s),
+            3,
+            shard_for("c-2"),
+        )
+        for s in (0, 10, 20)
+    ]
+    with contract.store.tx() as tx:
+        tx.runs_insert_many(runs)
+    with contract.store.tx() as tx:
+        out = tx.runs_get_unpublished(T0 + timedelta(seconds=10), 10)
+        assert [r.run_id for r in out] == [runs[0].run_id, runs[1].run_id]
+        assert out[0].attempt == 0 and out[0].target is not None
+        keys = [(r.run_id, r.scheduled_for) for r in out]
+        assert tx.runs_mark_published_many(keys) == 2
+        assert tx.runs_mark_published_many(keys) == 0
+    with contract.store.tx() as tx:
+        assert [r.run_id for r in tx.runs_get_unpublished(T0 + timedelta(hours=1), 10)] == [
+            runs[2].run_id
+        ]
