@@ -51,6 +51,8 @@ class PlannedRun:
 class JobPlan:
     runs: tuple[PlannedRun, ...]
     next_run_at: datetime | None
+    #: Missed occurrences the catch-up policy left out: [first, end) (CatchUpPlan.skipped).
+    skipped: tuple[datetime, datetime] | None = None
 
 
 def initial_next_run_at(schedule: Schedule, now: datetime) -> datetime | None:
@@ -103,7 +105,7 @@ def _job_plan(job_id: str, window: timedelta, plan: CatchUpPlan) -> JobPlan:
                 due_at=due_at(job_id, scheduled_for, window, following),
             )
         )
-    return JobPlan(runs=tuple(runs), next_run_at=plan.next_run_at)
+    return JobPlan(runs=tuple(runs), next_run_at=plan.next_run_at, skipped=plan.skipped)
 
 
 class DueJobLike(Protocol):

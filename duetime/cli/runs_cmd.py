@@ -1,12 +1,20 @@
-"""``duetime runs list``: run history, newest first."""
+"""``duetime runs list``: run history, newest first; with ``--all-occurrences``, the occurrence
+ledger of one job (every occurrence and what became of it, :mod:`duetime.ledger`)."""
 
 from __future__ import annotations
 
 import argparse
+from datetime import timedelta
 from typing import Any
+
+from duetime.errors import InvalidInput, NotFound
+from duetime.ledger import occurrence_ledger
+from duetime.schedule import ScheduleCache
+from duetime.store.rows import spec_from_row
 
 from ._output import print_json, print_table
 from ._store import cli_store
+from .replay_cmd import parse_instant
 
 _COLUMNS = (
     "run_id",
@@ -27,10 +35,21 @@ def register(sub: Any) -> None:
     listing.add_argument("--job", help="only the runs of this job id")
     listing.add_argument("--limit", type=int, default=100)
     listing.add_argument("--json", action="store_true")
+    listing.add_argument(
+        "--all-occurrences",
+        action="store_true",
+        help="with --job: every occurrence of the job's schedule in --since..--until, each with "
+        "its run or the reason it has none (skipped by catch-up, a pause, overlap or a DST gap; "
+        "missed; upcoming)",
+    )
+    listing.add_argument("--since", help="--all-occurrences: from (ISO-8601; default 24 h ago)")
+    listing.add_argument("--until", help="--all-occurrences: until (ISO-8601; default in 1 h)")
     listing.set_defaults(func=_list)
 
 
 def _list(args: argparse.Namespace) -> int:
+    if args.all_occurrences:
+        return _occurrences(args)
     store = cli_store()
     try:
         rows = [dict(r._mapping) for r in store.runs_list(args.job, args.limit)]
@@ -41,4 +60,46 @@ def _list(args: argparse.Namespace) -> int:
         print_json([{**{c: r[c] for c in _COLUMNS}, **{c: r[c] for c in extra}} for r in rows])
     else:
         print_table(rows, _COLUMNS)
+    return 0
+
+
+_LEDGER_COLUMNS = ("scheduled_for", "status", "reason", "run_id", "attempt")
+
+
+def _occurrences(args: argparse.Namespace) -> int:
+    if not args.job:
+        raise InvalidInput("--job", "--all-occurrences lists one job's occurrences: name it")
+    if args.limit < 1:
+        raise InvalidInput("--limit", "must be at least 1")
+    store = cli_store()
+    try:
+        with store.tx() as tx:
+            now = tx.db_now()
+        since = parse_instant("--since", args.since) if args.since else now - timedelta(days=1)
+        until = parse_instant("--until", args.until) if args.until else now + timedelta(hours=1)
+        if until <= since:
+            raise InvalidInput("--until", "must be later than --since")
+        ledger = store.ledger(args.job, since, until)
+    finally:
+        store.close()
+    if ledger is None:
+        raise NotFound(f"no job {args.job!r}")
+    job = ledger.job
+    lines = occurrence_ledger(
+        ScheduleCache().get(spec_from_row(job)),
+        since=since,
+        until=until,
+        now=now,
+        created_at=job.created_at,
+        next_run_at=job.next_run_at,
+        paused=job.paused,
+        runs=ledger.runs,
+        gaps=ledger.gaps,
+        limit=args.limit,
+    )
+    rows = [{c: getattr(line, c) for c in _LEDGER_COLUMNS} for line in lines]
+    if args.json:
+        print_json(rows)
+    else:
+        print_table(rows, _LEDGER_COLUMNS)
     return 0

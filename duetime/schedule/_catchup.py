@@ -14,6 +14,10 @@ Occurrences between the job's stored ``next_run_at`` and ``now`` split in two:
     the results expects to see and the cost of a long outage stays bounded.
   - ``skip``: none; the job resumes with its next on-time occurrence.
 
+What a policy leaves out is reported as one range (``CatchUpPlan.skipped``): the occurrence
+ledger records it, so "did my 02:00 job run, and if not, why?" has an answer, at the cost of one
+row per outage rather than one per occurrence.
+
 Only the newest missed occurrences are enumerated (probing backwards from the cut-off), so a
 per-second schedule after a week-long outage costs ``max_catch_up`` steps, not 600,000.
 """
@@ -43,10 +47,14 @@ class CatchUpPlan:
     Attributes:
         occurrences: The scheduled_for of each run to create now, ascending (aware UTC).
         next_run_at: The job's next scheduled_for after them; None when it never fires again.
+        skipped: The missed occurrences the policy leaves out, as ``(first, end)``: every
+            occurrence from ``first`` (one itself) up to, not including, ``end``. None when
+            nothing was left out.
     """
 
     occurrences: tuple[datetime, ...]
     next_run_at: datetime | None
+    skipped: tuple[datetime, datetime] | None = None
 
 
 def _newest_before(
@@ -119,4 +127,12 @@ def plan_due(
     while cursor is not None and cursor <= now:
         on_time.append(cursor)
         cursor = schedule.next_after(cursor)
-    return CatchUpPlan(tuple(missed + on_time), cursor)
+    skipped = None
+    if next_run_at < cutoff:
+        # Everything missed before the first one kept (or, with none kept, before the first
+        # on-time occurrence; or, with none at all, the cut-off) was left out.
+        kept = missed[0] if missed else (on_time[0] if on_time else cursor)
+        end = cutoff if kept is None or kept > cutoff else kept
+        if next_run_at < end:
+            skipped = (next_run_at, end)
+    return CatchUpPlan(tuple(missed + on_time), cursor, skipped)

@@ -2,14 +2,16 @@
 
 from .attempts import AttemptEnd, Claim, ClaimRequest, LeaseRenewal
 from .migrate import apply_migrations
-from .store import NewRun, ShardFence, ShardOwnerRow, Store, Tx
+from .store import Ledger, NewRun, OccurrenceGap, ShardFence, ShardOwnerRow, Store, Tx
 
 __all__ = [
     "AttemptEnd",
     "Claim",
     "ClaimRequest",
     "LeaseRenewal",
+    "Ledger",
     "NewRun",
+    "OccurrenceGap",
     "ShardFence",
     "ShardOwnerRow",
     "Store",

@@ -124,6 +124,18 @@ CREATE TABLE public.jobs (
     CONSTRAINT jobs_window_ms_check CHECK ((window_ms >= 0))
 );
 
+CREATE TABLE public.occurrence_gaps (
+    job_id text NOT NULL,
+    first_at timestamp with time zone NOT NULL,
+    end_at timestamp with time zone NOT NULL,
+    reason text NOT NULL,
+    policy text,
+    recorded_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT occurrence_gaps_check CHECK ((first_at < end_at)),
+    CONSTRAINT occurrence_gaps_policy_check CHECK ((policy = ANY (ARRAY['once'::text, 'all'::text, 'skip'::text]))),
+    CONSTRAINT occurrence_gaps_reason_check CHECK ((reason = ANY (ARRAY['catch_up'::text, 'max_catch_up'::text, 'paused'::text])))
+);
+
 CREATE TABLE public.run_attempts (
     run_id uuid NOT NULL,
     scheduled_for timestamp with time zone NOT NULL,
@@ -261,6 +273,9 @@ ALTER TABLE ONLY public.api_tokens
 
 ALTER TABLE ONLY public.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (job_id);
+
+ALTER TABLE ONLY public.occurrence_gaps
+    ADD CONSTRAINT occurrence_gaps_pkey PRIMARY KEY (job_id, first_at);
 
 ALTER TABLE ONLY public.run_attempts
     ADD CONSTRAINT run_attempts_pkey PRIMARY KEY (run_id, attempt);

@@ -59,6 +59,29 @@ class NewRun:
 
 
 @dataclass(frozen=True)
+class OccurrenceGap:
+    """Occurrences of a job in [first_at, end_at) left out on purpose (the occurrence ledger):
+    ``catch_up`` (the policy ``once`` or ``skip``), ``max_catch_up`` (``all``'s bound) or
+    ``paused``."""
+
+    job_id: str
+    first_at: datetime
+    end_at: datetime
+    reason: str
+    policy: str | None = None
+    shard_id: int = 0  # fences the insert in etcd mode, as NewRun's
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """What ``duetime runs list --all-occurrences`` reads for a job in [since, until)."""
+
+    job: Any
+    runs: Sequence[Any]
+    gaps: Sequence[Any]
+
+
+@dataclass(frozen=True)
 class ShardFence:
     """What ``shards_fence`` decided for a planning transaction: the shards it may write for
     (locked until it ends) and those a newer owner holds (the refusal is counted)."""
@@ -208,6 +231,27 @@ class Tx:
         ]
         return self._exec(
             "jobs_advance_many", {"rows": batch_json(rows), "tokens": _tokens_json(tokens)}
+        )
+
+    def occurrence_gaps_insert(
+        self, gaps: Sequence[OccurrenceGap], tokens: Mapping[int, int] | None = None
+    ) -> None:
+        """Record the gaps of a planning round in one statement (fenced like its runs)."""
+        if not gaps:
+            return
+        rows = [
+            {
+                "job_id": g.job_id,
+                "first_at": g.first_at.isoformat(),
+                "end_at": g.end_at.isoformat(),
+                "reason": g.reason,
+                "policy": g.policy,
+                "shard_id": g.shard_id,
+            }
+            for g in gaps
+        ]
+        self._exec(
+            "occurrence_gaps_insert", {"rows": batch_json(rows), "tokens": _tokens_json(tokens)}
         )
 
     def jobs_due_histogram(
@@ -431,6 +475,15 @@ class Store:
     def runs_list(self, job_id: str | None = None, limit: int = 1000) -> Sequence[Any]:
         with self.tx() as tx:
             return tx._rows("runs_list", {"job_id": job_id, "limit": limit})
+
+    def ledger(self, job_id: str, since: datetime, until: datetime) -> Ledger | None:
+        """A job's schedule, and its runs and gaps in [since, until) (None: no such job)."""
+        params = {"job_id": job_id, "since": since, "until": until}
+        with self.tx() as tx:
+            jobs = tx._rows("ledger_job", {"job_id": job_id})
+            if not jobs:
+                return None
+            return Ledger(jobs[0], tx._rows("ledger_runs", params), tx._rows("ledger_gaps", params))
 
     def run_attempts_list(self, run_id: uuid.UUID) -> Sequence[Any]:
         with self.tx() as tx:

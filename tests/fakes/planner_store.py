@@ -20,10 +20,10 @@ from duetime.flow import TargetLimit
 from duetime.model import HttpTarget
 from duetime.schedule import RetryPolicy, ScheduleSpec
 from duetime.sharding import shard_for
-from duetime.store import NewRun, ShardFence
+from duetime.store import NewRun, OccurrenceGap, ShardFence
 from duetime.store.rows import DueJob, OutboxRun
 
-__all__ = ["FakePlannerStore", "FakeProducer", "FakeRun", "FenceRow", "due_job"]
+__all__ = ["FakePlannerStore", "FakeProducer", "FakeRun", "FenceRow"]
 
 
 EVERY_10S = ScheduleSpec(kind="interval", expression="PT10S", time_zone="UTC")
@@ -73,6 +73,7 @@ class _State:
     runs: dict[tuple[str, datetime], FakeRun] = field(default_factory=dict)
     fence: dict[int, FenceRow] = field(default_factory=dict)
     partitions: set[date] = field(default_factory=set)
+    gaps: dict[tuple[str, datetime], OccurrenceGap] = field(default_factory=dict)
 
 
 class FakePlannerStore:
@@ -197,6 +198,14 @@ class FakePlannerTx:
             )
             moved += 1
         return moved
+
+    def occurrence_gaps_insert(
+        self, gaps: Sequence[OccurrenceGap], tokens: Mapping[int, int] | None = None
+    ) -> None:
+        for gap in gaps:
+            key = (gap.job_id, gap.first_at)
+            if key not in self._s.gaps and _fenced(self._s, gap.shard_id, tokens):
+                self._s.gaps[key] = gap
 
     def runs_ensure_partition(self, day: date) -> None:
         self._s.partitions.add(day)

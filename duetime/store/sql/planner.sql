@@ -215,3 +215,19 @@ SELECT CAST(reltuples AS bigint) AS estimated FROM pg_class WHERE oid = CAST('jo
 -- planner's due scan is planned for the table as it was (measured: 20 s per batch instead of
 -- 0.6 s after 100k jobs landed in an empty table).
 ANALYZE jobs;
+
+-- name: occurrence_gaps_insert
+-- The missed occurrences a catch-up policy left out, one row per job and outage, written in the
+-- planning transaction with the same fence as the runs (sql/shards.sql): a planner that lost the
+-- shard records nothing. A replayed round finds its rows there already.
+INSERT INTO occurrence_gaps (job_id, first_at, end_at, reason, policy)
+SELECT u.job_id, u.first_at, u.end_at, u.reason, u.policy
+FROM json_to_recordset(CAST(:rows AS json)) AS u(
+    job_id text, first_at timestamptz, end_at timestamptz, reason text, policy text,
+    shard_id smallint)
+WHERE CAST(:tokens AS text) IS NULL
+   OR u.shard_id IN (SELECT o.shard_id FROM shard_owners o
+                     JOIN json_to_recordset(CAST(:tokens AS json))
+                          AS t(shard_id smallint, token bigint)
+                       ON t.shard_id = o.shard_id AND t.token = o.token)
+ON CONFLICT DO NOTHING;

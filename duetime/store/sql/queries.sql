@@ -81,13 +81,41 @@ FROM jobs WHERE job_id = :job_id FOR UPDATE;
 
 -- name: jobs_resume
 -- A paused period is not an outage: the job resumes at its next occurrence after now, with no
--- catch-up for what fell into the pause.
-UPDATE jobs SET paused = false, next_run_at = :next_run_at, version = version + 1,
-                updated_at = now()
-WHERE job_id = :job_id AND paused
-RETURNING job_id, version;
+-- catch-up for what fell into the pause; the occurrence ledger records the pause as a gap, from
+-- the first occurrence it held back.
+WITH held AS (
+    SELECT job_id, next_run_at FROM jobs WHERE job_id = :job_id AND paused FOR UPDATE
+), resumed AS (
+    UPDATE jobs j SET paused = false, next_run_at = :next_run_at, version = j.version + 1,
+                      updated_at = now()
+    FROM held WHERE j.job_id = held.job_id
+    RETURNING j.job_id, j.version, held.next_run_at AS held_from
+), gap AS (
+    INSERT INTO occurrence_gaps (job_id, first_at, end_at, reason)
+    SELECT job_id, held_from, CAST(:next_run_at AS timestamptz), 'paused' FROM resumed
+    WHERE held_from < CAST(:next_run_at AS timestamptz)
+    ON CONFLICT DO NOTHING
+)
+SELECT job_id, version FROM resumed;
 
 -- name: jobs_remove
 -- Removes a job; its runs stay as history, and scheduled runs not yet published are cancelled by
 -- the planner's outbox when it finds the job gone.
 DELETE FROM jobs WHERE job_id = :job_id RETURNING job_id, version;
+
+-- name: ledger_job
+SELECT job_id, tenant, schedule_kind, schedule_expr, time_zone, dst_gap, dst_overlap, start_at,
+       catch_up, paused, next_run_at, created_at
+FROM jobs WHERE job_id = :job_id;
+
+-- name: ledger_runs
+SELECT run_id, scheduled_for, state, attempt, last_error, started_at, finished_at
+FROM runs
+WHERE job_id = :job_id AND scheduled_for >= :since AND scheduled_for < :until
+ORDER BY scheduled_for;
+
+-- name: ledger_gaps
+SELECT first_at, end_at, reason, policy
+FROM occurrence_gaps
+WHERE job_id = :job_id AND first_at < :until AND end_at > :since
+ORDER BY first_at;

@@ -15,7 +15,7 @@ from datetime import date, datetime, timedelta
 from typing import Any, Protocol
 
 from duetime.flow import TargetLimit
-from duetime.store import NewRun, ShardFence
+from duetime.store import NewRun, OccurrenceGap, ShardFence
 from duetime.store.rows import DueJob, OutboxRun
 
 __all__ = ["PlannerStore", "PlannerTx", "RecordProducer", "ShardOwner"]
@@ -51,6 +51,10 @@ class PlannerTx(Protocol):
         advances: Sequence[tuple[str, datetime | None, datetime | None]],
         tokens: Mapping[int, int] | None = None,
     ) -> int: ...
+
+    def occurrence_gaps_insert(
+        self, gaps: Sequence[OccurrenceGap], tokens: Mapping[int, int] | None = None
+    ) -> None: ...
 
     def runs_ensure_partition(self, day: date) -> None: ...
 

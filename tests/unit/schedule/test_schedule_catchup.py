@@ -61,6 +61,17 @@ def test_skip_drops_missed_occurrences() -> None:
     assert plan.next_run_at == at(10, 5)
 
 
+def test_what_a_policy_leaves_out_is_reported_as_one_range() -> None:
+    once = plan_due(EVERY_5, at(8, 0), at(10, 2), "once", 10)
+    assert once.skipped == (at(8, 0), at(10, 0))  # 08:00 .. 09:55 left out, 10:00 runs
+    skip = plan_due(EVERY_5, at(8, 0), at(10, 2), "skip", 10)
+    assert skip.skipped == (at(8, 0), at(10, 1))  # every missed one, up to the cut-off
+    bounded = plan_due(EVERY_5, at(8, 0), at(10, 2), "all", 3)
+    assert bounded.skipped == (at(8, 0), at(9, 50))
+    assert plan_due(EVERY_5, at(8, 0), at(10, 2), "all", 1000).skipped is None
+    assert plan_due(EVERY_5, at(10, 0), at(10, 0, 30), "skip", 0).skipped is None  # on time
+
+
 def test_one_off_that_was_missed_still_runs_once() -> None:
     schedule = compile_schedule(ScheduleSpec("at", "2025-01-01T08:00:00Z"))
     plan = plan_due(schedule, at(8, 0), at(10, 0), "once", 1)
@@ -139,3 +150,11 @@ def test_plans_are_made_of_real_occurrences(
     assert list(plan.occurrences) == expected_missed + on_time
     assert plan.next_run_at == schedule.next_after(every[-1])
     assert plan.next_run_at is None or plan.next_run_at > now
+    # The skipped range holds exactly the missed occurrences the policy left out.
+    left_out = [instant for instant in missed if instant not in expected_missed]
+    if plan.skipped is None:
+        assert left_out == []
+    else:
+        low, high = plan.skipped
+        assert [instant for instant in every if low <= instant < high] == left_out
+        assert left_out and low == left_out[0]
