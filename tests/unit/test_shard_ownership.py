@@ -3,12 +3,14 @@ how shards spread, move when members come and go, and when a member must stop wo
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
 
 from duetime.coord.ownership import OwnershipConfig, ShardOwnership
 from duetime.coord.rendezvous import assignment, owner_of
+from duetime.coord.runner import OwnershipThread
 from duetime.errors import ConfigError
 from duetime.sharding import SHARD_COUNT
 from tests.fakes.shard_leases import FakeEtcd
@@ -145,3 +147,20 @@ async def test_stop_revokes_the_lease_so_the_shards_move_at_once() -> None:
     assert not a.current(etcd.now)
     await _rounds(etcd, [b], 2)
     assert set(b.current(etcd.now)) == set(range(SHARD_COUNT))
+
+
+def test_the_runner_thread_owns_shards_and_a_stop_revokes_the_lease() -> None:
+    etcd = FakeEtcd()
+    config = OwnershipConfig(poll_interval=timedelta(milliseconds=20))
+    runner = OwnershipThread(lambda: etcd, "solo", config)
+    runner.start()
+    try:
+        for _ in range(200):  # at most a few seconds; a poll is 20 ms
+            if len(runner.current(time.monotonic())) == SHARD_COUNT:
+                break
+            time.sleep(0.02)
+        assert len(runner.current(time.monotonic())) == SHARD_COUNT
+    finally:
+        runner.stop()
+    assert runner.current(time.monotonic()) == {}
+    assert not etcd.keys and not etcd.leases  # revoked: the shards are free at once
