@@ -25,6 +25,15 @@ _ROUND_COUNTERS = {
         "duetime_runs_swept",
         "Published runs the sweeper found unclaimed and made publishable again",
     ),
+    "shards_refused": (
+        "duetime_planner_shards_refused",
+        "Shards a planning transaction offered under a token a newer owner replaced, refused by"
+        " the fence in PostgreSQL (etcd mode, docs/failover.md)",
+    ),
+    "writes_fenced": (
+        "duetime_planner_writes_fenced",
+        "Job advances the fence refused inside a planning transaction (etcd mode)",
+    ),
 }
 
 
