@@ -117,7 +117,8 @@ class ShardOwnership:
         lost = frozenset(self._owned)
         self._set_owned({})
         if lost:
-            event(log, "shards.lost", logging.WARNING, count=len(lost), reason=reason)
+            level = logging.INFO if reason == "stopping" else logging.WARNING
+            event(log, "shards.lost", level, count=len(lost), reason=reason)
         return lost
 
     async def step(self, now: float) -> RoundResult:
