@@ -264,8 +264,8 @@ def test_a_planner_paused_past_its_ttl_is_refused_by_the_fence_when_it_resumes(
         b = _start(planners, "planner-b", *ttl)
         # Nothing is due: a's rounds are short, and the statement the proxy holds is almost
         # always the first of a round. Rarely it is one inside a planning transaction: then
-        # PostgreSQL ends that transaction after 5 s idle (its writes never commit) and the
-        # fence has nothing to refuse; the pause is then repeated, at most three times.
+        # PostgreSQL ends that transaction after fenced_idle_timeout (its writes never commit),
+        # the fence has nothing to refuse, and the pause is repeated, at most three times.
         for cycle in range(1, 4):
             planners.wait_until("the split", lambda: _split_between(planners, a, b), 40)
             # a's next statement waits in the proxy; then a stops, past its lease: b takes
