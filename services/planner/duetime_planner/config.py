@@ -53,7 +53,8 @@ class PlannerConfig:
     # etcd mode: a planning transaction left idle this long (its planner stopped mid-batch) is
     # ended by PostgreSQL, so its locks on the shard fence do not hold up the next owner for
     # long. Well above the longest gap between a batch's statements (the schedule search of
-    # 5,000 jobs in Python: ~1 s, 4 s seen on a loaded 2-core machine), which it must not cut.
+    # 5,000 jobs in Python), which it must not cut: a whole batch, statements and search, took
+    # up to 4 s on a loaded 2-core machine (the spike benchmark, docs/failover.md).
     fenced_idle_timeout: timedelta = timedelta(seconds=20)
 
     def __post_init__(self) -> None:
