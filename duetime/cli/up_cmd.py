@@ -102,7 +102,7 @@ def _run(args: argparse.Namespace) -> int:
         sup.say(
             "duetime",
             f"stack.ready database={urls.database_url} kafka={urls.kafka_bootstrap} "
-            f"etcd={urls.etcd_endpoints}",
+            f"etcd={urls.etcd_endpoints} s3={urls.s3_endpoint or '-'}",
         )
         signals.raise_if_requested()
         demo, store = _start_services(args, sup, data_dir, urls)

@@ -1,4 +1,4 @@
-"""The embedded local stack (PostgreSQL, a Kafka-protocol broker, etcd) and its components.
+"""The embedded local stack (PostgreSQL, a Kafka-protocol broker, etcd, S3) and its components.
 
 Public API::
 
@@ -18,6 +18,7 @@ from duetime_infra.etcd import EtcdServer
 from duetime_infra.kafka import KafkaBroker
 from duetime_infra.ports import find_free_port
 from duetime_infra.postgres import PostgresServer
+from duetime_infra.seaweed import SeaweedS3
 from duetime_infra.stack import COMPONENTS, ENV_KEYS, ComponentStatus, EmbeddedStack, StackUrls
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "EtcdServer",
     "KafkaBroker",
     "PostgresServer",
+    "SeaweedS3",
     "StackUrls",
     "find_free_port",
 ]

@@ -2,8 +2,8 @@
 
 An open port says little (PostgreSQL accepts connections while it is still recovering; tansu
 accepts before it answers metadata), so each probe speaks the protocol: ``select 1`` over
-psycopg, a Metadata request over librdkafka, etcd's ``/health``. The drivers are imported
-inside the probes so that importing this package stays cheap for the CLI.
+psycopg, a Metadata request over librdkafka, etcd's ``/health``, an S3 ``GET /``. The drivers
+are imported inside the probes so that importing this package stays cheap for the CLI.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import urllib.request
 
 from duetime_infra.ports import port_accepts
 
-__all__ = ["etcd_endpoint_urls", "probe_etcd", "probe_kafka", "probe_postgres"]
+__all__ = ["etcd_endpoint_urls", "probe_etcd", "probe_kafka", "probe_postgres", "probe_s3"]
 
 
 def probe_postgres(url: str, timeout: float = 2.0) -> bool:
@@ -84,3 +84,20 @@ def probe_etcd(endpoints: str, timeout: float = 2.0) -> bool:
         if str(body.get("health")).lower() == "true":
             return True
     return False
+
+
+def probe_s3(endpoint: str, timeout: float = 2.0) -> bool:
+    """An anonymous ``GET /`` that an S3 server answers with an S3 XML document.
+
+    Without credentials a server answers ``403 AccessDenied`` (or lists buckets, if it allows
+    anonymous reads); either is an S3 round trip, and the probe needs no keys, so it works for
+    an external endpoint too. Anything else (no answer, an HTML page) is not healthy.
+    """
+    try:
+        with urllib.request.urlopen(f"{endpoint.rstrip('/')}/", timeout=timeout) as response:
+            body = response.read(4096)
+    except urllib.error.HTTPError as exc:
+        body = exc.read(4096)
+    except (OSError, ValueError):
+        return False
+    return body.lstrip().startswith(b"<?xml") or b"<Error>" in body

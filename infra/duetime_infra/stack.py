@@ -1,14 +1,14 @@
-"""The embedded stack: PostgreSQL, a Kafka-protocol broker and etcd on loopback, as one unit.
+"""The embedded stack: PostgreSQL, a Kafka-protocol broker, etcd and an S3 server on loopback.
 
 ``up()`` is idempotent: servers that already run (found through ``stack.json`` and verified by
 pid *and* start time) are reused, stale records from a crash are dropped, and only what is
 missing is started. All missing servers are spawned first and waited on together, so the slow
 ones overlap. Any component can be an external server instead: when its URL is set in the
-environment (``DUETIME_DATABASE_URL``, ``DUETIME_KAFKA_BOOTSTRAP``, ``DUETIME_ETCD_ENDPOINTS``),
-it is health-checked and passed through, never started or stopped.
+environment (``DUETIME_DATABASE_URL``, ``DUETIME_KAFKA_BOOTSTRAP``, ``DUETIME_ETCD_ENDPOINTS``,
+``DUETIME_S3_ENDPOINT``), it is health-checked and passed through, never started or stopped.
 
 Files under the data dir: ``stack.json`` (pids, ports), ``stack.env`` (the URLs, read by
-``duetime.config.load_settings``), ``logs/<component>.log``, ``postgres/``, ``etcd/``.
+``duetime.config.load_settings``), ``logs/<component>.log``, ``postgres/``, ``etcd/``, ``s3/``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -26,26 +26,39 @@ from duetime.errors import DuetimeError, StackError
 from duetime.logs import event
 from duetime_infra.component import DEFAULT_START_TIMEOUT, Component
 from duetime_infra.etcd import EtcdServer
-from duetime_infra.health import probe_etcd, probe_kafka, probe_postgres
+from duetime_infra.health import probe_etcd, probe_kafka, probe_postgres, probe_s3
 from duetime_infra.kafka import KafkaBroker
 from duetime_infra.ports import find_free_port, port_is_free
 from duetime_infra.postgres import PostgresServer
 from duetime_infra.processes import is_running
+from duetime_infra.seaweed import SeaweedS3
 from duetime_infra.state import ComponentRecord, StateFile
 
-__all__ = ["COMPONENTS", "ENV_KEYS", "ComponentStatus", "EmbeddedStack", "StackUrls"]
+__all__ = [
+    "COMPONENTS",
+    "ENV_KEYS",
+    "S3_CLIENT_KEYS",
+    "ComponentStatus",
+    "EmbeddedStack",
+    "StackUrls",
+]
 
-COMPONENTS = ("postgres", "kafka", "etcd")
+COMPONENTS = ("postgres", "kafka", "etcd", "s3")
 #: The environment variable that points each component at an external server.
 ENV_KEYS = {
     "postgres": "DUETIME_DATABASE_URL",
     "kafka": "DUETIME_KAFKA_BOOTSTRAP",
     "etcd": "DUETIME_ETCD_ENDPOINTS",
+    "s3": "DUETIME_S3_ENDPOINT",
 }
+#: What an S3 client needs besides the endpoint; passed through from the environment for an
+#: external endpoint, the embedded server's own for the embedded one.
+S3_CLIENT_KEYS = ("DUETIME_S3_BUCKET", "DUETIME_S3_ACCESS_KEY_ID", "DUETIME_S3_SECRET_ACCESS_KEY")
 _PROBES: dict[str, Callable[[str, float], bool]] = {
     "postgres": probe_postgres,
     "kafka": probe_kafka,
     "etcd": probe_etcd,
+    "s3": probe_s3,
 }
 _EXTERNAL_WAIT = 10.0
 # Where the store's ``apply_migrations(database_url) -> list[str]`` may live, first match wins.
@@ -61,6 +74,9 @@ class StackUrls:
     database_url: str
     kafka_bootstrap: str
     etcd_endpoints: str
+    s3_endpoint: str = ""
+    #: ``S3_CLIENT_KEYS`` -> value: the bucket and the key pair that go with ``s3_endpoint``.
+    s3_client: Mapping[str, str] = field(default_factory=dict)
 
     def as_env(self) -> dict[str, str]:
         """The non-empty URLs under their ``DUETIME_*`` names, as ``stack.env`` holds them."""
@@ -68,7 +84,10 @@ class StackUrls:
             ENV_KEYS["postgres"]: self.database_url,
             ENV_KEYS["kafka"]: self.kafka_bootstrap,
             ENV_KEYS["etcd"]: self.etcd_endpoints,
+            ENV_KEYS["s3"]: self.s3_endpoint,
         }
+        if self.s3_endpoint:
+            values.update(self.s3_client)
         return {key: value for key, value in values.items() if value}
 
 
@@ -148,6 +167,10 @@ class EmbeddedStack:
     def etcd(self) -> EtcdServer:
         return self._typed("etcd", EtcdServer)
 
+    @property
+    def s3(self) -> SeaweedS3:
+        return self._typed("s3", SeaweedS3)
+
     def _typed(self, name: str, kind: type[_C]) -> _C:
         component = self._components.get(name)
         if not isinstance(component, kind):
@@ -182,6 +205,15 @@ class EmbeddedStack:
             component = KafkaBroker(
                 self.data_dir,
                 port=main_port,
+                env=self._env,
+                on_change=self._on_change,
+                die_with_owner=self._die_with_owner,
+            )
+        elif name == "s3":
+            component = SeaweedS3(
+                self.data_dir,
+                port=main_port,
+                aux_ports=_s3_aux_ports(aux, alive, port),
                 env=self._env,
                 on_change=self._on_change,
                 die_with_owner=self._die_with_owner,
@@ -247,7 +279,13 @@ class EmbeddedStack:
                 return self._components[name].url
             return self._env.get(ENV_KEYS[name], "")
 
-        return StackUrls(url("postgres"), url("kafka"), url("etcd"))
+        s3_client: dict[str, str] = {}
+        s3 = self._components.get("s3")
+        if isinstance(s3, SeaweedS3):
+            s3_client = s3.client_env()
+        elif "s3" in self._external:
+            s3_client = {key: self._env[key] for key in S3_CLIENT_KEYS if self._env.get(key)}
+        return StackUrls(url("postgres"), url("kafka"), url("etcd"), url("s3"), s3_client)
 
     def up(self) -> StackUrls:
         """Make every component healthy, apply migrations, write ``stack.env``; idempotent."""
@@ -365,3 +403,17 @@ class EmbeddedStack:
             url = managed.url if record is not None or managed.running() else ""
             statuses.append(ComponentStatus(name, url, managed.pid, managed.healthy(), False))
         return statuses
+
+
+def _s3_aux_ports(
+    recorded: Mapping[str, int], alive: bool, port: Callable[[int | None], int]
+) -> dict[str, int]:
+    """The recorded ports of ``weed mini`` that can be used again; the admin port only with its
+    ``+ 10000`` partner (``duetime_infra.seaweed``), else it is picked afresh."""
+    ports = {key: port(value) for key, value in recorded.items() if key != "admin"}
+    admin = recorded.get("admin")
+    if admin is not None and (
+        alive or (port_is_free(admin) and port_is_free(admin + SeaweedS3.ADMIN_GRPC_OFFSET))
+    ):
+        ports["admin"] = admin
+    return ports
