@@ -176,3 +176,27 @@ def test_a_fence_row_removed_by_an_operator_is_claimed_again() -> None:
     row = store.fence_row(job.shard_id)
     assert row is not None and row.token == 7
     assert len(store.runs_of("reclaimed")) > before
+
+
+def test_a_long_round_stops_at_the_next_batch_once_the_lease_lapsed() -> None:
+    store = FakePlannerStore(NOW)
+    for i in range(120):  # three batches of 50
+        store.add_job(_job(f"long-{i}"))
+    planner, _ = _planner(store)
+    planner.ownership = _Lapsing({s: 3 for s in range(128)}, answers=2)
+    stats = planner.run_once(0.0)
+    # The round's start and the check after batch 1 saw the lease; the check after batch 2 did
+    # not: two batches planned, the third left to whoever owns the shards next.
+    assert stats.jobs_planned == 100
+
+
+@dataclass
+class _Lapsing:
+    """A ShardOwner whose lease lapses after ``answers`` answers."""
+
+    tokens: dict[int, int]
+    answers: int
+
+    def current(self, now: float) -> Mapping[int, int]:
+        self.answers -= 1
+        return self.tokens if self.answers >= 0 else {}

@@ -149,7 +149,7 @@ class Planner:
             while True:
                 round_stats, full = self.plan_batch()
                 stats += round_stats
-                if not full or round_stats.shards_refused:
+                if not full or round_stats.shards_refused or not self._still_owned():
                     break
         while True:
             round_stats, full = self.publish_batch()
@@ -189,6 +189,18 @@ class Planner:
         # A shard not claimed now (another planner's transaction holds its row, or its stored
         # token is higher) is still offered to the fence, which decides.
         return _RoundShards(tuple(sorted(tokens)), tokens)
+
+    def _still_owned(self) -> bool:
+        """Before the next batch of a long round (a spike): keep only the shards the lease still
+        holds with the same token; ``False`` once none is left (the lease may have lapsed)."""
+        tokens = self._round.tokens
+        if self.ownership is None or tokens is None:
+            return True
+        current = self.ownership.current(self._monotonic())
+        kept = {s: t for s, t in tokens.items() if current.get(s) == t}
+        if len(kept) != len(tokens):
+            self._round = _RoundShards(tuple(sorted(kept)), kept)
+        return bool(kept)
 
     def ensure_partitions(self, today: date) -> None:
         self._ensure_days(
