@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -14,7 +16,7 @@ from duetime.store import Store
 from duetime.store.tokens import tokens_create
 from duetime_api.app import create_app
 
-__all__ = ["Api", "http_job", "open_api"]
+__all__ = ["Api", "dead_run", "http_job", "open_api"]
 
 
 @dataclass
@@ -50,3 +52,25 @@ def http_job(job_id: str, **fields: Any) -> dict[str, Any]:
         "target": {"http": {"url": "https://example.com/hook"}},
         **fields,
     }
+
+
+def dead_run(api: Api, job_id: str, headers: dict[str, str]) -> uuid.UUID:
+    """Trigger a run of the job and let a worker's one attempt fail for good."""
+    triggered = api.client.post(f"/v1/jobs/{job_id}/trigger", headers=headers)
+    assert triggered.status_code == 201, triggered.text
+    run_id = uuid.UUID(triggered.json()["run_id"])
+    scheduled_for = datetime.fromisoformat(triggered.json()["scheduled_for"])
+    claim = api.store.runs_claim(run_id, scheduled_for, 1, "worker-a", timedelta(seconds=30))
+    assert claim is not None
+    assert api.store.runs_complete(
+        run_id=run_id,
+        scheduled_for=scheduled_for,
+        attempt=1,
+        worker="worker-a",
+        lease_token=claim.lease_token,
+        state="dead",
+        outcome="failed",
+        error="HTTP 500",
+        status_code=500,
+    )
+    return run_id

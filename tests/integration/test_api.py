@@ -18,7 +18,7 @@ from duetime.jobdef import parse_job
 from duetime.store import flow, tenants
 from duetime.store.tokens import tokens_revoke
 
-from .api_client import Api, http_job, open_api
+from .api_client import Api, dead_run, http_job, open_api
 
 pytestmark = pytest.mark.integration
 
@@ -240,33 +240,11 @@ def test_pages_follow_the_cursor(api: Api) -> None:
     assert [j["id"] for j in found["items"]] == ["job-03"]
 
 
-def _dead_run(api: Api, job_id: str, headers: dict[str, str]) -> uuid.UUID:
-    """Trigger a run of the job and let a worker's one attempt fail for good."""
-    triggered = api.client.post(f"/v1/jobs/{job_id}/trigger", headers=headers)
-    assert triggered.status_code == 201, triggered.text
-    run_id = uuid.UUID(triggered.json()["run_id"])
-    scheduled_for = datetime.fromisoformat(triggered.json()["scheduled_for"])
-    claim = api.store.runs_claim(run_id, scheduled_for, 1, "worker-a", timedelta(seconds=30))
-    assert claim is not None
-    assert api.store.runs_complete(
-        run_id=run_id,
-        scheduled_for=scheduled_for,
-        attempt=1,
-        worker="worker-a",
-        lease_token=claim.lease_token,
-        state="dead",
-        outcome="failed",
-        error="HTTP 500",
-        status_code=500,
-    )
-    return run_id
-
-
-def test_runs_detail_and_retry_of_a_dead_run(api: Api) -> None:
+def test_runs_detail_and_retry_of_adead_run(api: Api) -> None:
     acme = api.token("acme")
     body = http_job("flaky", retry={"max_attempts": 1})
     assert api.client.post("/v1/jobs", json=body, headers=acme).status_code == 201
-    run_id = _dead_run(api, "flaky", acme)
+    run_id = dead_run(api, "flaky", acme)
 
     listed = api.client.get("/v1/runs", params={"job_id": "flaky"}, headers=acme).json()
     assert [r["run_id"] for r in listed["items"]] == [str(run_id)]
@@ -308,7 +286,7 @@ def test_tenants_see_only_their_own(api: Api) -> None:
     assert api.client.post("/v1/jobs", json=body, headers=acme).status_code == 201
     report = api.client.post("/v1/jobs", json=http_job("globex-report"), headers=globex)
     assert report.status_code == 201
-    run_id = _dead_run(api, "acme-billing", acme)
+    run_id = dead_run(api, "acme-billing", acme)
 
     # Another tenant's job and run are not found, whatever is asked of them: never a 403.
     for method, path in (

@@ -2,6 +2,7 @@
 
 Endpoints are plain functions (FastAPI runs them on its thread pool), each one short
 transaction through the store. ``/openapi.json`` describes them; ``/healthz`` needs no token.
+The web dashboard (``dashboard``) is served under ``/ui`` by the same application.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from duetime.config import Settings
 from duetime.logs import event
 from duetime.store import Store
 
-from . import jobs, runs, stats
+from . import dashboard, jobs, runs, stats
 from .auth import Caller
 from .errors import install_error_handlers
 from .models import WhoAmIOut
@@ -56,6 +57,8 @@ def create_app(store: Store, settings: Settings) -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(runs.router)
     app.include_router(stats.router)
+    # The web dashboard under /ui: HTML, outside the OpenAPI document (docs/dashboard.md).
+    app.include_router(dashboard.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

@@ -21,7 +21,7 @@ from duetime.store.tokens import Principal, tokens_authenticate
 
 from .errors import ApiError
 
-__all__ = ["Admin", "Caller", "principal", "store_of"]
+__all__ = ["Admin", "Caller", "authenticate", "principal", "store_of"]
 
 log = logging.getLogger("duetime.api")
 
@@ -34,22 +34,30 @@ def store_of(request: Request) -> Store:
     return store
 
 
+def authenticate(request: Request, token: str) -> Principal | None:
+    """The token's principal, or None (logged with the token's id at most, never the token).
+    The dashboard's cookie goes through here too."""
+    with store_of(request).tx() as tx:
+        found = tokens_authenticate(tx.conn, token)
+    if found is None:
+        event(
+            log,
+            "api.auth_refused",
+            logging.WARNING,
+            token_id=parse_token(token) or "malformed",
+            path=request.url.path,
+        )
+    return found
+
+
 def principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise ApiError(401, "a bearer token is required (Authorization: Bearer <token>)")
-    with store_of(request).tx() as tx:
-        found = tokens_authenticate(tx.conn, credentials.credentials)
+    found = authenticate(request, credentials.credentials)
     if found is None:
-        event(
-            log,
-            "api.auth_refused",
-            logging.WARNING,
-            token_id=parse_token(credentials.credentials) or "malformed",
-            path=request.url.path,
-        )
         raise ApiError(401, "the bearer token is not valid")
     return found
 

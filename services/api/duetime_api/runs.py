@@ -19,14 +19,14 @@ from .errors import ERROR_RESPONSES, ApiError
 from .models import AttemptOut, RunDetailOut, RunOut, RunPage
 from .params import tenant_param, text_param
 
-__all__ = ["router"]
+__all__ = ["lateness_ms", "router"]
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=ERROR_RESPONSES)
 
 _STATES = "^(" + "|".join(s.value for s in RunState) + ")$"
 
 
-def _lateness_ms(row: Any) -> int | None:
+def lateness_ms(row: Any) -> int | None:
     """How late the run went out: released (or, for a run released before that was recorded,
     first started) minus due; for a retried run due_at is its retry's."""
     went = row.released_at or row.started_at
@@ -52,7 +52,7 @@ def _run_fields(row: Any) -> dict[str, Any]:
         "started_at": row.started_at,
         "finished_at": row.finished_at,
         "last_error": row.last_error,
-        "lateness_ms": _lateness_ms(row),
+        "lateness_ms": lateness_ms(row),
     }
 
 
