@@ -8,7 +8,7 @@ RUN := $(UV) run --frozen --no-sync
 export UV_PYTHON_DOWNLOADS := never
 export UV_PYTHON := $(PYTHON)
 
-.PHONY: up test check lint fmt typecheck contracts unit bench bench-spike stack-up stack-down clean
+.PHONY: up test browser check lint fmt typecheck contracts unit bench bench-spike stack-up stack-down clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -23,8 +23,12 @@ up: $(STAMP)
 	$(RUN) duetime up --demo
 
 ## test: the whole test suite on real PostgreSQL, Kafka-protocol broker and etcd
-test: $(STAMP)
+test: $(STAMP) browser
 	$(RUN) pytest -n 2 --dist loadgroup
+
+## browser: Debian's chromium for the dashboard's browser test (apt-get; silent when installed)
+browser:
+	@sh tests/install-chromium.sh
 
 ## check: lint, format check, strict typing, import contracts, unit tests
 check: lint typecheck contracts unit
