@@ -177,6 +177,9 @@ def _start_services(
         sup.say("duetime", f"metrics.url name={label} url={url}")
     sup.start_all()
     sup.say("duetime", f"api.url url={api.url} admin_token_file={api.file}")
+    # The dashboard's sign-in takes a token; the admin token stays off the terminal (a terminal's
+    # output ends up in logs), so this says where it is (docs/dashboard.md).
+    sup.say("duetime", f"dashboard.url url={api.url}/ui/ sign_in_token={api.file}:admin_token")
     store = Store(urls.database_url, pool_size=1, application_name="duetime-up")
     if demo is not None:
         with store.tx() as tx:

@@ -120,6 +120,7 @@ def _check_api(api_file: Path, log: str) -> None:
     assert api_file.stat().st_mode & 0o777 == 0o600
     access = json.loads(api_file.read_text())
     assert f"api.url url={access['url']} " in log, log
+    assert f"dashboard.url url={access['url']}/ui/ sign_in_token={api_file}:admin_token" in log
     headers = {"Authorization": f"Bearer {access['admin_token']}"}
     deadline = time.monotonic() + 30
     while True:
@@ -137,6 +138,11 @@ def _check_api(api_file: Path, log: str) -> None:
         timeout=10,
     ).json()
     assert dead["items"] and dead["items"][0]["attempt"] == 3
+    # The printed dashboard URL signs in with the token of api.json and lists the dead run.
+    with httpx.Client(base_url=access["url"], timeout=10, follow_redirects=True) as browser:
+        signed_in = browser.post("/ui/login", data={"token": access["admin_token"]})
+        assert signed_in.status_code == 200 and "admin: every tenant" in signed_in.text
+        assert dead["items"][0]["run_id"] in signed_in.text
     detail = httpx.get(
         f"{access['url']}/v1/runs/{dead['items'][0]['run_id']}", headers=headers, timeout=10
     ).json()
