@@ -16,12 +16,14 @@ Drivers' errors (psycopg, confluent-kafka, aetcd) are translated at the adapter 
     ├── BusError                the Kafka-protocol broker failed (delivery, topic creation)
     │   └── CodecError          a record that does not decode against its Avro schema
     ├── CoordError              etcd failed (unreachable, timed out) while shards were coordinated
+    ├── ArchiveError            object storage failed, or an archive object did not verify
     └── LeaseLost               a worker or planner lost the lease it was working under (fencing)
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "ArchiveError",
     "BusError",
     "CodecError",
     "ConfigError",
@@ -111,3 +113,8 @@ class LeaseLost(DuetimeError):
 
 class CoordError(DuetimeError):
     """etcd (the shard-lease backend) failed: unreachable, timed out, or refused a call."""
+
+
+class ArchiveError(DuetimeError):
+    """Object storage failed, or an archive object read back did not match what was written
+    (row count or checksum): the partition it came from stays in the database."""

@@ -29,6 +29,7 @@ _COMMAND_MODULES = (
     "duetime.cli.tokens_cmd",
     "duetime.cli.shards_cmd",
     "duetime.cli.replay_cmd",
+    "duetime.cli.archive_cmd",
     "duetime.cli.service_cmd",
     "duetime.cli.up_cmd",
 )

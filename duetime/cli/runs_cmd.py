@@ -14,6 +14,7 @@ from duetime.store.rows import spec_from_row
 
 from ._output import print_json, print_table
 from ._store import cli_store
+from .archive_cmd import list_archived
 from .replay_cmd import parse_instant
 
 _COLUMNS = (
@@ -42,6 +43,12 @@ def register(sub: Any) -> None:
         "its run or the reason it has none (skipped by catch-up, a pause, overlap or a DST gap; "
         "missed; upcoming)",
     )
+    listing.add_argument(
+        "--archived",
+        action="store_true",
+        help="with --job: the job's runs archived to object storage (duetime archive), read "
+        "back from the archive; --since/--until narrow the days read",
+    )
     listing.add_argument("--since", help="--all-occurrences: from (ISO-8601; default 24 h ago)")
     listing.add_argument("--until", help="--all-occurrences: until (ISO-8601; default in 1 h)")
     listing.set_defaults(func=_list)
@@ -50,6 +57,8 @@ def register(sub: Any) -> None:
 def _list(args: argparse.Namespace) -> int:
     if args.all_occurrences:
         return _occurrences(args)
+    if args.archived:
+        return list_archived(args, _COLUMNS)
     store = cli_store()
     try:
         rows = [dict(r._mapping) for r in store.runs_list(args.job, args.limit)]

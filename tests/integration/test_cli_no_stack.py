@@ -28,6 +28,7 @@ DATABASE_COMMANDS = [
     ["tokens", "list"],
     ["migrate"],
     ["reemit", "--from", SINCE, "--to", "2026-01-02T00:00:00Z"],
+    ["archive", "--dry-run"],
 ]
 BROKER_COMMANDS = [["replay", "--topic", "runs.ready", "--since", SINCE]]
 
@@ -86,6 +87,12 @@ def test_a_stopped_stack_names_the_database_it_tried(command: list[str], tmp_pat
     assert "connection refused" in line
     assert "the stack there is not running: start it with `duetime up`" in line
     assert "secret" not in line
+
+
+def test_archived_runs_without_object_storage_say_where_they_looked(tmp_path: Path) -> None:
+    line = _one_line(_duetime(["runs", "list", "--job", "j", "--archived"], tmp_path, {}))
+    assert f"{tmp_path / '.duetime' / 'stack.env'} does not exist" in line
+    assert "`duetime up`" in line and "DUETIME_S3_BUCKET" in line
 
 
 def test_a_broker_that_does_not_answer_is_one_line_too(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -19,6 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from duetime.archive.objects import S3ObjectStore, S3Settings
 from duetime.cli.main import main
 from duetime.config import read_env_file
 from duetime.errors import StackError
@@ -30,6 +32,8 @@ from duetime_infra import (
     find_free_port,
 )
 from duetime_infra.ports import port_is_free
+from duetime_infra.stack import S3_CLIENT_KEYS
+from tests.fixtures.s3 import S3Server
 
 pytestmark = pytest.mark.integration
 
@@ -220,17 +224,39 @@ def test_down_never_signals_a_process_that_reused_a_recorded_pid(tmp_path: Path)
         stranger.wait()
 
 
-def test_external_urls_are_checked_and_used_not_started(tmp_path: Path, stack: StackUrls) -> None:
+def test_external_urls_are_checked_and_used_not_started(
+    tmp_path: Path, stack: StackUrls, s3_server: S3Server
+) -> None:
     data_dir = tmp_path / "external"
-    external = EmbeddedStack(data_dir, env={**os.environ, **stack.as_env()}, migrate=False)
-    assert external.up() == stack
+    s3_env = s3_server.env()
+    expected = replace(
+        stack,
+        s3_endpoint=s3_server.endpoint,
+        s3_client={k: s3_env[k] for k in S3_CLIENT_KEYS},
+    )
+    external = EmbeddedStack(data_dir, env={**os.environ, **expected.as_env()}, migrate=False)
+    assert external.up() == expected
     statuses = external.status()
+    assert [s.name for s in statuses] == ["postgres", "kafka", "etcd", "s3"]
     assert all(s.external and s.healthy and s.pid is None for s in statuses)
-    assert read_env_file(data_dir / "stack.env") == stack.as_env()
+    assert read_env_file(data_dir / "stack.env") == expected.as_env()
     assert not (data_dir / "logs").exists()  # nothing was started
     external.down()
     with psycopg.connect(stack.database_url) as conn:  # and nothing was stopped
         conn.execute("select 1")
+
+
+def test_s3_server_listens_on_loopback_only_on_the_ports_it_was_given(
+    s3_server: S3Server,
+) -> None:
+    """``weed mini`` opens a dozen ports; every one is set on its command line, on 127.0.0.1."""
+    out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
+    listening = {line.split()[3] for line in out.splitlines() if f"pid={s3_server.pid}," in line}
+    assert len(listening) >= 10
+    assert all(address.startswith("127.0.0.1:") for address in listening), listening
+    argv = Path(f"/proc/{s3_server.pid}/cmdline").read_bytes().decode().split("\0")
+    given = {arg.rsplit("=", 1)[1] for arg in argv if ".port" in arg and "=" in arg}
+    assert {address.rsplit(":", 1)[1] for address in listening} <= given
 
 
 def test_unreachable_external_server_fails_up(tmp_path: Path) -> None:
@@ -283,8 +309,16 @@ def test_cli_up_status_down(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
             "DUETIME_DATABASE_URL",
             "DUETIME_KAFKA_BOOTSTRAP",
             "DUETIME_ETCD_ENDPOINTS",
+            "DUETIME_S3_ENDPOINT",
+            "DUETIME_S3_BUCKET",
+            "DUETIME_S3_ACCESS_KEY_ID",
+            "DUETIME_S3_SECRET_ACCESS_KEY",
         }
         assert all(f"{key}={value}" in printed for key, value in env.items())
+        # The S3 server serves its bucket to a client configured from stack.env alone.
+        s3 = S3ObjectStore(S3Settings.require(env={}, data_dir=Path(data_dir)))
+        s3.put("probe/object", b"archived")
+        assert s3.get("probe/object") == b"archived"
         assert main(["stack", "status", "--data-dir", data_dir]) == 0
         assert "yes" in capsys.readouterr().out
         assert main(["stack", "up", "--data-dir", data_dir, "--no-migrate"]) == 0

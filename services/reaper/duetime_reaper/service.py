@@ -1,7 +1,8 @@
 """``duetime service reaper``: expire leases, retry or bury runs, send alerts, until signalled.
 
-Three threads: the lease stream (``stream``: heartbeats and results -> expiry, as leases pass),
-the alerts (``alerting``), and this loop, which publishes dead runs every ``tick`` and runs the
+Four threads: the lease stream (``stream``: heartbeats and results -> expiry, as leases pass),
+the alerts (``alerting``), the hourly archive of old runs partitions (``archiving``, when object
+storage is configured), and this loop, which publishes dead runs every ``tick`` and runs the
 safety-net scan of expired leases every ``scan_interval`` (the first one a whole interval after
 the start: the stream, read again from its committed offsets, covers the time the reaper was
 down).
@@ -30,6 +31,7 @@ from duetime.store import Store
 
 from .alert_config import AlertConfig
 from .alerting import make_alerting
+from .archiving import make_periodic_archive
 from .config import ReaperConfig, parse_seconds
 from .metrics import PipelineSampler, ReaperMetrics
 from .reaper import Reaper
@@ -78,6 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     stream.start()
     sampler = PipelineSampler(settings, store, metrics)
     sampler.start()
+    archive = make_periodic_archive(store)
+    if archive is not None:
+        archive.start()
     event(log, "reaper.started", scan_interval_s=config.scan_interval.total_seconds())
     scan_at = time.monotonic() + config.scan_interval.total_seconds()
     try:
@@ -105,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream.stop(3.0)
         sampler.stop()
         alerting.stop()
+        if archive is not None:
+            archive.stop()
         producer.flush(5)
         store.close()
         if endpoint is not None:
