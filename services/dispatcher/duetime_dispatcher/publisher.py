@@ -9,6 +9,12 @@ one busy target spreads over every partition of ``runs.ready`` and every worker 
 once the broker has it (``acks=all``); only then may the source record be acked. The produce
 calls and the flush run in a worker thread, so a spike of 100k releases, or a broker that is
 slow to answer, never blocks the event loop that keeps consuming and heartbeating.
+
+Delivery reports come for failures only (``delivery.report.only.error``): a spike's 100k success
+callbacks, each a Python call under the GIL inside the flush, cost more than the produce calls
+they report on. A release is acknowledged when the producer's queue is empty after a flush and
+no failure was reported for it; a flush that times out leaves the round's releases pending, and
+a later flush that empties the queue acknowledges them.
 """
 
 from __future__ import annotations
@@ -51,15 +57,18 @@ class ReadyPublisher(Generic[T]):
         self._producer = producer
         self._topic = topic
         self._flush_timeout = flush_timeout
-        # Delivery reports, appended by librdkafka's callbacks. They run only inside poll() and
+        # Failure reports, appended by librdkafka's callbacks. They run only inside poll() and
         # flush(), which only the publishing thread calls (one round at a time), so no lock.
-        self._reports: list[tuple[Release[T], KafkaError | None]] = []
+        self._failures: list[tuple[Release[T], KafkaError]] = []
+        # Produced, neither reported failed nor known delivered (by id: releases are unhashable).
+        self._pending: dict[int, Release[T]] = {}
 
     @classmethod
     def from_settings(
         cls, settings: Settings, topic: str, flush_timeout: float
     ) -> ReadyPublisher[T]:
-        return cls(Producer(producer_config(settings)), topic, flush_timeout)
+        config = producer_config(settings, **{"delivery.report.only.error": True})
+        return cls(Producer(config), topic, flush_timeout)
 
     async def publish(self, releases: Sequence[Release[T]]) -> Outcomes[T]:
         """Send ``releases`` and wait for the broker's answers (at most ``flush_timeout``)."""
@@ -75,14 +84,17 @@ class ReadyPublisher(Generic[T]):
         # release is one produce call and one small closure for its delivery report.
         produce, topic = self._producer.produce, self._topic
         stamps: dict[tuple[datetime, int], list[tuple[str, bytes]]] = {}
+        pending = self._pending
         for release in releases:
             routed = release.routed
             emission = routed.emission
+            pending[id(release)] = release
 
             def report(err: KafkaError | None, _msg: Any, release: Release[T] = release) -> None:
                 # Looked up at call time: a report for a record of an earlier round whose flush
                 # timed out is served by a later flush, and returned with that round.
-                self._reports.append((release, err))
+                if err is not None:
+                    self._failures.append((release, err))
 
             try:
                 if emission is None:
@@ -109,9 +121,17 @@ class ReadyPublisher(Generic[T]):
                     )
             except (BufferError, KafkaException):
                 self._produce_slowly(release, report)
-        self._producer.flush(self._flush_timeout)
-        reports, self._reports = self._reports, []
-        return [(r, None if err is None else str(err)) for r, err in reports]
+        in_queue = self._producer.flush(self._flush_timeout)
+        failures, self._failures = self._failures, []
+        outcomes: Outcomes[T] = [
+            (release, str(err))
+            for release, err in failures
+            if pending.pop(id(release), None) is not None
+        ]
+        if in_queue == 0:  # every record produced so far was delivered or reported failed
+            outcomes.extend((release, None) for release in pending.values())
+            pending.clear()
+        return outcomes
 
     def _produce_slowly(self, release: Release[T], report: Any) -> None:
         """librdkafka's queue is full: serve delivery reports to make room, then produce."""
