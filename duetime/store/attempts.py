@@ -44,6 +44,9 @@ class Claim:
     lease_token: uuid.UUID
     lease_expires_at: datetime
     claimed_at: datetime
+    # The progress an earlier attempt reported (an async target's heartbeats), handed to this
+    # one as resume data (``X-Duetime-Resume``); None when there is none.
+    resume: str | None = None
 
     @property
     def fencing_token(self) -> int:
@@ -85,7 +88,9 @@ class AttemptEnd:
     """How an attempt ended, applied only if ``lease_token`` still holds the run.
 
     ``state`` is ``succeeded``, ``scheduled`` (retry after ``retry_delay``) or ``dead``;
-    ``outcome`` (``succeeded`` | ``failed``) is what run_attempts records.
+    ``outcome`` (``succeeded`` | ``failed``) is what run_attempts records. ``running`` hands the
+    attempt over to an async target (it answered 202): the run stays running under the same
+    token, its lease set to ``lease`` from now, and the target completes it through the API.
     """
 
     run_id: uuid.UUID
@@ -97,6 +102,7 @@ class AttemptEnd:
     error: str | None = None
     status_code: int | None = None
     retry_delay: timedelta = timedelta(0)
+    lease: timedelta = timedelta(0)
 
 
 #: How long a buffer_one run waits before it is offered again (the outbox re-publishes it).
@@ -186,7 +192,9 @@ def _claim(
         },
     ).all()
     return {
-        row.lease_token: Claim(row.attempt, row.lease_token, row.lease_expires_at, row.claimed_at)
+        row.lease_token: Claim(
+            row.attempt, row.lease_token, row.lease_expires_at, row.claimed_at, row.progress
+        )
         for row in rows
     }
 
@@ -224,6 +232,7 @@ def complete_batch(conn: Connection, worker: str, ends: Sequence[AttemptEnd]) ->
             "errors": [e.error for e in ends],
             "status_codes": [e.status_code for e in ends],
             "retry_delay_ms": [e.retry_delay / _MS for e in ends],
+            "lease_ms": [int(e.lease / _MS) for e in ends],
         },
     ).all()
     return {row.lease_token for row in rows}

@@ -24,6 +24,8 @@ class FakeRun:
     state: str = "scheduled"
     attempt: int = 0
     token: uuid.UUID | None = None
+    # what an async target reported (runs.progress): kept across attempts, returned by a claim
+    progress: str | None = None
     # lease token -> (attempt, outcome) of every attempt this run had (the run_attempts table)
     attempts: dict[uuid.UUID, tuple[int, str | None]] = field(default_factory=dict)
 
@@ -66,13 +68,17 @@ class FakeStore:
             for req in requests:
                 run = self.run(req.run_id)
                 if run.state == "running" and run.token == req.lease_token:
-                    claims[req.lease_token] = Claim(run.attempt, run.token, now + req.lease, now)
+                    claims[req.lease_token] = Claim(
+                        run.attempt, run.token, now + req.lease, now, run.progress
+                    )
                     continue
                 if run.state != "scheduled" or run.attempt != req.attempt - 1:
                     continue
                 run.state, run.attempt, run.token = "running", req.attempt, req.lease_token
                 run.attempts[req.lease_token] = (req.attempt, None)
-                claims[req.lease_token] = Claim(req.attempt, req.lease_token, now + req.lease, now)
+                claims[req.lease_token] = Claim(
+                    req.attempt, req.lease_token, now + req.lease, now, run.progress
+                )
             if self.claim_lost_replies:
                 self.claim_lost_replies -= 1
                 raise StoreError("database error: OperationalError: server closed the connection")
@@ -100,6 +106,10 @@ class FakeStore:
             for end in ends:
                 run = self.run(end.run_id)
                 if run.state == "running" and run.token == end.lease_token:
+                    if end.state == "running":  # handed over to an async target (202)
+                        self.completions.append(end)
+                        accepted.add(end.lease_token)
+                        continue
                     run.state, run.token = end.state, None
                     run.attempts[end.lease_token] = (end.attempt, end.outcome)
                     self.completions.append(end)

@@ -205,3 +205,50 @@ def test_a_handed_back_attempt_makes_the_run_claimable_by_the_next_attempt(
     assert run_store.runs_claim_batch("w2", [_req(RUN_A, 1)]) == {}
     second = _req(RUN_A, 2)
     assert run_store.runs_claim_batch("w2", [second])[second.lease_token].attempt == 2
+
+
+def _report_progress(store: RunStore, run_id: uuid.UUID, progress: str) -> None:
+    """What an async target's heartbeat leaves on the run (the API writes it, not the worker)."""
+    if isinstance(store, FakeStore):
+        store.run(run_id).progress = progress
+        return
+    assert isinstance(store, Store)
+    with store.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE runs SET progress = :p WHERE run_id = :r"), {"p": progress, "r": run_id}
+        )
+
+
+def test_a_hand_over_to_an_async_target_keeps_the_attempt_running_under_its_token(
+    run_store: RunStore,
+) -> None:
+    """202: the end statement keeps the run running under the same token (renewable, not
+    claimable), a retry of it is accepted again, and the attempt's own end is accepted later."""
+    first = _req(RUN_A, 1)
+    run_store.runs_claim_batch("w1", [first])
+    accepted = AttemptEnd(
+        RUN_A, SCHEDULED, 1, first.lease_token, "running", "accepted", status_code=202, lease=LEASE
+    )
+    assert run_store.runs_complete_batch("w1", [accepted]) == {first.lease_token}
+    assert run_store.runs_complete_batch("w1", [accepted]) == {first.lease_token}
+    assert _fenced_count(run_store) == 0
+    assert run_store.runs_claim_batch("w2", [_req(RUN_A, 1)]) == {}
+    assert run_store.runs_claim_batch("w2", [_req(RUN_A, 2)]) == {}
+    renewal = LeaseRenewal(RUN_A, SCHEDULED, first.lease_token, LEASE)
+    assert set(run_store.runs_renew_batch([renewal])) == {first.lease_token}
+    done = _end(RUN_A, 1, first.lease_token, "succeeded")
+    assert run_store.runs_complete_batch("target", [done]) == {first.lease_token}
+    assert run_store.runs_renew_batch([renewal]) == {}
+
+
+def test_the_next_claim_carries_the_progress_an_earlier_attempt_reported(
+    run_store: RunStore,
+) -> None:
+    first = _req(RUN_A, 1)
+    assert run_store.runs_claim_batch("w1", [first])[first.lease_token].resume is None
+    _report_progress(run_store, RUN_A, '{"rows": 500}')
+    run_store.runs_complete_batch("w1", [_end(RUN_A, 1, first.lease_token, "scheduled")])
+    second = _req(RUN_A, 2)
+    assert run_store.runs_claim_batch("w2", [second])[second.lease_token].resume == '{"rows": 500}'
+    # A claim retried after a lost reply gets it too.
+    assert run_store.runs_claim_batch("w2", [second])[second.lease_token].resume == '{"rows": 500}'

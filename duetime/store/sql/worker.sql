@@ -7,7 +7,8 @@
 -- matches, so a duplicate message claims nothing. A row already 'running' under the requested
 -- token is this worker's own earlier claim whose reply was lost: it is returned again (the
 -- snapshot the `ours` branch reads is from before this statement, so it never repeats a row
--- claimed just now).
+-- claimed just now). The run's progress is kept, and returned: it is what an earlier attempt
+-- (an async target, docs/targets.md) reported, the next attempt's resume data.
 WITH req AS (
     SELECT * FROM unnest(CAST(:run_ids AS uuid[]), CAST(:scheduled_fors AS timestamptz[]),
                          CAST(:attempts AS integer[]), CAST(:lease_tokens AS uuid[]),
@@ -18,26 +19,26 @@ WITH req AS (
     UPDATE runs r SET state = 'running', attempt = req.attempt, lease_token = req.lease_token,
                       lease_expires_at = now() + req.lease_ms * interval '1 millisecond',
                       worker = :worker, started_at = COALESCE(r.started_at, now()),
-                      progress = NULL, next_attempt_at = NULL, updated_at = now(),
-                      buffered_at = NULL,
+                      next_attempt_at = NULL, updated_at = now(), buffered_at = NULL,
                       released_at = COALESCE(req.released_at, r.released_at),
                       throttled_ms = COALESCE(req.throttled_ms, r.throttled_ms)
     FROM req
     WHERE r.run_id = req.run_id AND r.scheduled_for = req.scheduled_for
       AND r.state = 'scheduled' AND r.attempt = req.attempt - 1
-    RETURNING r.run_id, r.scheduled_for, r.job_id, r.attempt, r.lease_token, r.lease_expires_at
+    RETURNING r.run_id, r.scheduled_for, r.job_id, r.attempt, r.lease_token, r.lease_expires_at,
+              r.progress
 ), attempt_rows AS (
     INSERT INTO run_attempts (run_id, scheduled_for, attempt, job_id, worker, lease_token)
     SELECT run_id, scheduled_for, attempt, job_id, :worker, lease_token FROM claimed
     ON CONFLICT (run_id, attempt) DO NOTHING
 ), ours AS (
-    SELECT r.attempt, r.lease_token, r.lease_expires_at
+    SELECT r.attempt, r.lease_token, r.lease_expires_at, r.progress
     FROM runs r JOIN req ON r.run_id = req.run_id AND r.scheduled_for = req.scheduled_for
     WHERE r.state = 'running' AND r.lease_token = req.lease_token
 )
-SELECT attempt, lease_token, lease_expires_at, now() AS claimed_at FROM claimed
+SELECT attempt, lease_token, lease_expires_at, progress, now() AS claimed_at FROM claimed
 UNION ALL
-SELECT attempt, lease_token, lease_expires_at, now() AS claimed_at FROM ours;
+SELECT attempt, lease_token, lease_expires_at, progress, now() AS claimed_at FROM ours;
 
 -- name: runs_renew_batch
 -- Renew every lease of the batch whose token still matches (fencing); a token missing from the
@@ -55,6 +56,10 @@ RETURNING r.lease_token, r.lease_expires_at;
 -- End each attempt, fenced by its lease token: the new state is accepted only from the attempt
 -- that holds the lease. :states are 'succeeded', 'scheduled' (retry after the delay) or 'dead'.
 -- (A stopping worker hands an attempt back as 'scheduled' with no delay, outcome 'handed_back'.)
+-- 'running' is the hand-over to an async target (it answered 202): the attempt goes on under
+-- the same token, its lease set to :lease_ms from now, its run_attempts row keeps running with
+-- the status code (kept when the target's own end carries none); the target completes it
+-- through the API (docs/targets.md, "Async targets").
 -- An attempt whose run_attempts row already carries this token and a worker outcome was ended
 -- by an earlier, committed call whose reply was lost: accepted again, changing nothing. Every
 -- other request is fenced, and recorded as such (the evidence for invariant I3).
@@ -63,13 +68,17 @@ WITH req AS (
                          CAST(:attempts AS integer[]), CAST(:lease_tokens AS uuid[]),
                          CAST(:states AS text[]), CAST(:outcomes AS text[]),
                          CAST(:errors AS text[]), CAST(:status_codes AS integer[]),
-                         CAST(:retry_delay_ms AS double precision[]))
+                         CAST(:retry_delay_ms AS double precision[]),
+                         CAST(:lease_ms AS bigint[]))
         AS t(run_id, scheduled_for, attempt, lease_token, state, outcome, error, status_code,
-             retry_delay_ms)
+             retry_delay_ms, lease_ms)
 ), done AS (
     UPDATE runs r SET state = req.state,
-                      lease_token = NULL, lease_expires_at = NULL,
-                      finished_at = CASE WHEN req.state = 'scheduled' THEN NULL ELSE now() END,
+                      lease_token = CASE WHEN req.state = 'running' THEN r.lease_token END,
+                      lease_expires_at = CASE WHEN req.state = 'running'
+                          THEN now() + req.lease_ms * interval '1 millisecond' END,
+                      finished_at = CASE WHEN req.state IN ('scheduled', 'running') THEN NULL
+                          ELSE now() END,
                       due_at = CASE WHEN req.state = 'scheduled'
                           THEN now() + req.retry_delay_ms * interval '1 millisecond'
                           ELSE r.due_at END,
@@ -83,15 +92,19 @@ WITH req AS (
       AND r.lease_token = req.lease_token AND r.state = 'running'
     RETURNING req.lease_token
 ), attempt_rows AS (
-    UPDATE run_attempts a SET finished_at = now(), outcome = req.outcome, error = req.error,
-                              status_code = req.status_code,
-                              duration_ms = (extract(epoch FROM now() - a.started_at) * 1000)::bigint
+    UPDATE run_attempts a
+    SET finished_at = CASE WHEN req.state = 'running' THEN NULL ELSE now() END,
+        outcome = CASE WHEN req.state = 'running' THEN NULL ELSE req.outcome END,
+        error = req.error, status_code = COALESCE(req.status_code, a.status_code),
+        duration_ms = CASE WHEN req.state = 'running' THEN NULL
+            ELSE (extract(epoch FROM now() - a.started_at) * 1000)::bigint END
     FROM req JOIN done ON done.lease_token = req.lease_token
     WHERE a.run_id = req.run_id AND a.attempt = req.attempt
 ), already AS (
     SELECT a.lease_token
     FROM run_attempts a JOIN req ON a.run_id = req.run_id AND a.attempt = req.attempt
     WHERE a.lease_token = req.lease_token AND a.outcome IN ('succeeded', 'failed', 'handed_back')
+      AND req.state <> 'running'
 ), fenced AS (
     INSERT INTO run_fenced_completions (run_id, attempt, worker, lease_token, outcome)
     SELECT req.run_id, req.attempt, :worker, req.lease_token, req.outcome FROM req

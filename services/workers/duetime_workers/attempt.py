@@ -22,6 +22,12 @@ the planner's sweeper re-publishes runs that stay unclaimed (the database, not K
 guarantees a run is not lost). The completion is retried until the local lease deadline; if it
 never lands, the lease expires and the reaper schedules the next attempt.
 
+A target that answers 202 takes the attempt over (an async target, ``duetime.async_targets``):
+the same fenced completion statement keeps the run ``running`` under the attempt's token with a
+fresh lease of the job's length, renewals stop, a heartbeat tells the reaper to watch that
+lease, and no result is announced; the target completes the attempt through the API, or the
+reaper expires it.
+
 A stopping worker calls ``hand_back()`` for the attempts still running when its grace ends: each
 cancels its execution and ends its attempt through the same fenced completion, as ``scheduled``
 with no delay (or ``dead`` on the last attempt), so the run is retried at once instead of after
@@ -43,7 +49,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from duetime.errors import StoreError
-from duetime.events import RunResult
+from duetime.events import RunHeartbeat, RunResult
 from duetime.model import RunEvent
 from duetime.schedule import retry_delay
 from duetime.store import AttemptEnd, Claim, ClaimRequest
@@ -71,6 +77,7 @@ AttemptStatus = Literal[
     "completion_fenced",  # the database rejected the completion (stale lease token)
     "completion_failed",  # the completion never reached the database; the reaper takes over
     "handed_back",  # the worker stopped: execution cancelled, the run is due again at once
+    "handed_to_target",  # 202: the async target holds the lease and reports through the API
 ]
 
 # The state recorded on a RunResult when this worker does not know it: it lost the lease, so
@@ -319,6 +326,22 @@ class AttemptRunner:
                 run, claim, "fenced", UNKNOWN_STATE, completion.error, completion.status_code
             )
             return AttemptReport("completion_fenced")
+        if completion.state == "running":
+            # No result: the attempt goes on at the target. The heartbeat makes the reaper watch
+            # the new lease; its expiry is this host's estimate, and the reaper asks the
+            # database before it ends anything.
+            self._events.heartbeat(
+                RunHeartbeat(
+                    run_id=run.run_id,
+                    scheduled_for=run.scheduled_for,
+                    attempt=claim.attempt,
+                    worker=self._config.worker_id,
+                    lease_expires_at=self._now() + run.lease,
+                    sent_at=self._now(),
+                )
+            )
+            event("run.handed_to_target", logging.DEBUG, **ctx)
+            return AttemptReport("handed_to_target")
         self._announce(
             run,
             claim,
@@ -354,6 +377,7 @@ class AttemptRunner:
             error=completion.error,
             status_code=completion.status_code,
             retry_delay=completion.retry_delay,
+            lease=run.lease if completion.state == "running" else timedelta(0),
         )
         pause = _COMPLETE_RETRY_FIRST
         while True:

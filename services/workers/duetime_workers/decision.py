@@ -16,7 +16,7 @@ from .outcome import AttemptOutcome, OutcomeKind
 
 __all__ = ["Completion", "decide", "hand_back"]
 
-CompletedState = Literal["succeeded", "scheduled", "dead"]
+CompletedState = Literal["succeeded", "scheduled", "dead", "running"]
 
 
 @dataclass(frozen=True)
@@ -24,16 +24,19 @@ class Completion:
     """The arguments of ``runs_complete`` for one finished attempt.
 
     Attributes:
-        state: ``succeeded``; ``scheduled`` (retry after ``retry_delay``); or ``dead``.
-        outcome: How the attempt went (``succeeded``, ``failed``, or ``handed_back`` by a
-            stopping worker), stored on run_attempts.
+        state: ``succeeded``; ``scheduled`` (retry after ``retry_delay``); ``dead``; or
+            ``running``: handed over to an async target that answered 202, which completes it
+            through the API (the attempt keeps its lease token, the lease is renewed once).
+        outcome: How the attempt went (``succeeded``, ``failed``, ``handed_back`` by a
+            stopping worker, or ``accepted`` by an async target), stored on run_attempts
+            (``accepted`` is not: the attempt is still running).
         retry_delay: How long before the next attempt becomes due (zero unless retrying).
         error: Why the attempt failed (None on success).
         status_code: The HTTP status, when there was one.
     """
 
     state: CompletedState
-    outcome: Literal["succeeded", "failed", "handed_back"]
+    outcome: Literal["succeeded", "failed", "handed_back", "accepted"]
     retry_delay: timedelta = timedelta(0)
     error: str | None = None
     status_code: int | None = None
@@ -51,11 +54,14 @@ def decide(
         backoff: The retry policy's delay before attempt ``attempt + 1``.
 
     A retryable failure with attempts left is retried after ``max(backoff, Retry-After)``: the
-    target's request is a lower bound, never a reason to retry sooner. A final failure, or a
+    target's request is a lower bound, never a reason to retry sooner. A 202 hands the attempt
+    over to the target (``running``), whatever attempt it is. A final failure, or a
     retryable one on the last attempt, makes the run dead, so nothing loops forever.
     """
     if outcome.kind is OutcomeKind.SUCCEEDED:
         return Completion(state="succeeded", outcome="succeeded", status_code=outcome.status_code)
+    if outcome.kind is OutcomeKind.ACCEPTED:
+        return Completion(state="running", outcome="accepted", status_code=outcome.status_code)
     if outcome.kind is OutcomeKind.RETRYABLE and attempt < max_attempts:
         delay = max(backoff, outcome.retry_after or timedelta(0), timedelta(0))
         return Completion(

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 # The contract headers live in the core, shared with the dispatcher's Kafka fast path.
+from duetime.async_targets import CALLBACK_TOKEN, RESUME
 from duetime.bus.target_records import (
     ATTEMPT,
     FENCING_TOKEN,
@@ -86,8 +87,13 @@ def http_headers(
     fencing_token: int,
     scheduled_for: datetime,
     user_agent: str,
+    callback_token: uuid.UUID | None = None,
+    resume: str | None = None,
 ) -> list[tuple[str, str]]:
     """The request headers: the job's own (validated, reserved names dropped), then duetime's.
+
+    ``callback_token`` (the attempt's lease token) lets an async target report through the API;
+    ``resume`` is the progress an earlier attempt reported (duetime.async_targets).
 
     Raises:
         InvalidHeader: A job header name is not an HTTP token, or a value contains CR/LF/NUL.
@@ -101,5 +107,9 @@ def http_headers(
         if not _is_reserved(name):
             headers.append((name, value))
     headers.extend(duetime_headers(run_id, attempt, fencing_token, scheduled_for))
+    if callback_token is not None:
+        headers.append((CALLBACK_TOKEN, str(callback_token)))
+    if resume is not None:
+        headers.append((RESUME, resume))
     headers.append((USER_AGENT, user_agent))
     return headers

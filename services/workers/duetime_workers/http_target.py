@@ -84,8 +84,14 @@ class HttpExecutor:
         attempt: int,
         fencing_token: int,
         scheduled_for: datetime,
+        callback_token: uuid.UUID | None = None,
+        resume: str | None = None,
     ) -> AttemptOutcome:
-        """Send the request once; never raises for anything the target or network does."""
+        """Send the request once; never raises for anything the target or network does.
+
+        ``callback_token`` and ``resume`` are the async-target headers (``headers.py``); the
+        token is never part of what this returns, so it cannot reach a log or a run's error.
+        """
         try:
             url = self._url(target)
             job_headers, secrets = self._secrets.resolve(target.headers)
@@ -96,6 +102,8 @@ class HttpExecutor:
                 fencing_token=fencing_token,
                 scheduled_for=scheduled_for,
                 user_agent=self._user_agent,
+                callback_token=callback_token,
+                resume=resume,
             )
             self._client.guard.check_literal(url.raw_host or "")
         except _InvalidTarget as exc:

@@ -29,6 +29,10 @@ _END_COUNTERS = {
         "Failed attempts whose run is scheduled again after its backoff",
     ),
     "dead": ("duetime_runs_dead", "Runs that went dead (final failure or last attempt)"),
+    "running": (
+        "duetime_runs_handed_to_target",
+        "Attempts an async target accepted (202); the target completes them through the API",
+    ),
     HANDED_BACK: (
         "duetime_runs_handed_back",
         "Attempts handed back at a worker's stop (their runs due again at once)",

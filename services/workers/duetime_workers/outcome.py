@@ -2,7 +2,9 @@
 
 The classification is the part of the contract targets rely on (docs/targets.md):
 
-- 2xx: success.
+- 202: the target took the attempt over (an async target, ``duetime.async_targets``): the run
+  stays running under its lease, and the target completes it through the API.
+- other 2xx: success.
 - 3xx: failure, not retried. Redirects are never followed, because following one would send the
   request (and its headers) to an address the SSRF guard never checked; a moved endpoint is a
   configuration error that retrying cannot fix.
@@ -41,6 +43,7 @@ _RETRYABLE_4XX = frozenset({408, 429})
 
 class OutcomeKind(StrEnum):
     SUCCEEDED = "succeeded"
+    ACCEPTED = "accepted"  # 202: the target goes on with it and reports through the API
     RETRYABLE = "retryable"  # worth another attempt (if attempts remain)
     FINAL = "final"  # failed, and another attempt would fail the same way
 
@@ -105,6 +108,8 @@ def http_outcome(
 ) -> AttemptOutcome:
     """Classify an HTTP response status (see the module docstring for the rules)."""
     label = f"HTTP {status} {reason}".rstrip()
+    if status == 202:
+        return AttemptOutcome(OutcomeKind.ACCEPTED, status_code=status)
     if 200 <= status <= 299:
         return AttemptOutcome(OutcomeKind.SUCCEEDED, status_code=status)
     if 300 <= status <= 399:

@@ -28,6 +28,8 @@ class Targets:
                 attempt=claim.attempt,
                 fencing_token=claim.fencing_token,
                 scheduled_for=run.scheduled_for,
+                callback_token=claim.lease_token,
+                resume=claim.resume,
             )
         return await self._kafka.execute(
             target,
