@@ -17,7 +17,7 @@ from duetime.config import Settings
 from duetime.logs import event
 from duetime.store import Store
 
-from . import dashboard, jobs, runs, stats
+from . import callbacks, dashboard, jobs, runs, stats
 from .auth import Caller
 from .errors import install_error_handlers
 from .models import WhoAmIOut
@@ -56,6 +56,7 @@ def create_app(store: Store, settings: Settings) -> FastAPI:
     install_error_handlers(app)
     app.include_router(jobs.router)
     app.include_router(runs.router)
+    app.include_router(callbacks.router)
     app.include_router(stats.router)
     # The web dashboard under /ui: HTML, outside the OpenAPI document (docs/dashboard.md).
     app.include_router(dashboard.router)

@@ -1,0 +1,182 @@
+"""``/v1/runs/{run_id}/attempts/{n}/heartbeat|complete``: an async target reports (docs/targets.md,
+"Async targets").
+
+A target that answered ``202 Accepted`` holds its attempt's lease. It authenticates with the
+attempt's callback token (``X-Duetime-Callback-Token``, sent with the request; it is the
+attempt's lease token, ``duetime.async_targets``), not with a bearer token: a target rarely holds
+a duetime API token, and the callback token lets it act on that one attempt only. Answers:
+
+- 200: applied;
+- 401: no callback token;
+- 404: no such attempt, or a token that is not that attempt's (the same answer, so nothing tells
+  whether the run exists);
+- 409 ``fenced``: the attempt no longer holds the run (it ended, or its lease expired and the run
+  moved on); nothing changed, and the call is recorded in ``run_fenced_completions``.
+
+The token is never logged: the access log has the path only, and the events here name the run
+and the attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Header, Path, Request
+from pydantic import AwareDatetime, BaseModel, Field
+
+from duetime.async_targets import CALLBACK_TOKEN, MAX_PROGRESS, progress_problem
+from duetime.fencing import claimed_token
+from duetime.logs import event
+from duetime.store.callbacks import (
+    CallbackAttempt,
+    CallbackResult,
+    attempts_callback_complete,
+    attempts_callback_heartbeat,
+)
+
+from .auth import store_of
+from .errors import ERROR_RESPONSES, ApiError
+
+__all__ = ["AttemptCompleteIn", "AttemptHeartbeatIn", "AttemptReportOut", "router"]
+
+log = logging.getLogger("duetime.api")
+
+router = APIRouter(prefix="/v1/runs", tags=["async targets"], responses=ERROR_RESPONSES)
+
+_Progress = Annotated[
+    str | None,
+    Field(
+        max_length=MAX_PROGRESS,
+        description="kept on the run and sent to its next attempt in X-Duetime-Resume "
+        f"(printable ASCII, at most {MAX_PROGRESS} characters)",
+    ),
+]
+_Attempt = Annotated[int, Path(ge=1, le=1_000_000, description="X-Duetime-Attempt")]
+_Token = Annotated[
+    str | None,
+    Header(
+        alias=CALLBACK_TOKEN,
+        max_length=200,
+        description="the attempt's callback token, from the request duetime sent",
+    ),
+]
+_Fencing = Annotated[
+    int | None,
+    Header(
+        alias="X-Duetime-Fencing-Token",
+        description="optional: the attempt's fencing token; another one is refused as fenced",
+    ),
+]
+
+
+class AttemptHeartbeatIn(BaseModel):
+    progress: _Progress = None
+
+
+class AttemptCompleteIn(BaseModel):
+    outcome: Literal["succeeded", "failed"]
+    error: Annotated[str | None, Field(max_length=2000)] = None
+    retryable: Annotated[
+        bool, Field(description="a failure worth another attempt (if attempts remain)")
+    ] = True
+    progress: _Progress = None
+
+
+class AttemptReportOut(BaseModel):
+    run_id: uuid.UUID
+    attempt: int
+    state: str
+    lease_expires_at: AwareDatetime | None = None
+
+
+def _call(
+    run_id: uuid.UUID,
+    attempt: _Attempt,
+    token: _Token = None,
+    fencing: _Fencing = None,
+) -> CallbackAttempt:
+    """The attempt a call names, with the token it brings (a dependency of both endpoints)."""
+    if token is None:
+        raise ApiError(401, f"the attempt's callback token is required ({CALLBACK_TOKEN})")
+    try:
+        lease_token = uuid.UUID(token)
+    except ValueError:
+        raise ApiError(404, f"no attempt {attempt} of run {run_id} with this token") from None
+    call = CallbackAttempt(run_id, attempt, lease_token)
+    if fencing is not None and fencing != claimed_token(attempt):
+        _refuse(call, "fencing_token", f"fencing token {fencing} is not attempt {attempt}'s")
+    return call
+
+
+_Call = Annotated[CallbackAttempt, Depends(_call)]
+
+
+def _check_progress(progress: str | None, field: str) -> None:
+    if progress is not None and (problem := progress_problem(progress)) is not None:
+        raise ApiError(400, f"{field}: {problem}", field)
+
+
+def _refuse(call: CallbackAttempt, kind: str, why: str) -> None:
+    event(
+        log,
+        "attempt.callback_fenced",
+        logging.WARNING,
+        run_id=call.run_id,
+        attempt=call.attempt,
+        call=kind,
+        reason=why,
+    )
+    raise ApiError(409, f"fenced: {why}; nothing was changed", "attempt")
+
+
+def _answer(call: CallbackAttempt, kind: str, result: CallbackResult) -> AttemptReportOut:
+    if result.status == "unknown":
+        raise ApiError(404, f"no attempt {call.attempt} of run {call.run_id} with this token")
+    if result.status == "fenced":
+        _refuse(
+            call,
+            kind,
+            f"attempt {call.attempt} no longer holds the run (the run is {result.state})",
+        )
+    assert result.state is not None
+    return AttemptReportOut(
+        run_id=call.run_id,
+        attempt=call.attempt,
+        state=result.state,
+        lease_expires_at=result.lease_expires_at,
+    )
+
+
+@router.post("/{run_id}/attempts/{attempt}/heartbeat")
+def heartbeat(request: Request, call: _Call, body: AttemptHeartbeatIn) -> AttemptReportOut:
+    """Renew the attempt's lease (the job's lease from now) and keep its progress."""
+    _check_progress(body.progress, "progress")
+    with store_of(request).tx() as tx:
+        result = attempts_callback_heartbeat(tx.conn, call, body.progress)
+    return _answer(call, "heartbeat", result)
+
+
+@router.post("/{run_id}/attempts/{attempt}/complete")
+def complete(request: Request, call: _Call, body: AttemptCompleteIn) -> AttemptReportOut:
+    """End the attempt: succeeded, or failed (retried after the job's backoff, or dead)."""
+    _check_progress(body.progress, "progress")
+    with store_of(request).tx() as tx:
+        result = attempts_callback_complete(
+            tx.conn,
+            call,
+            succeeded=body.outcome == "succeeded",
+            retryable=body.retryable,
+            error=body.error,
+            progress=body.progress,
+        )
+    if result.status == "ok":
+        event(
+            log,
+            "attempt.callback_completed",
+            run_id=call.run_id,
+            attempt=call.attempt,
+            state=result.state,
+        )
+    return _answer(call, "complete", result)
