@@ -233,7 +233,7 @@ def test_the_next_up_stops_what_a_dead_run_left_behind(tmp_path: Path) -> None:
         text = fresh.text()
         assert "up.stale_run_found" in text
         assert "up.stale_services_stopped names=reaper" in text
-        assert "up.stale_stack_stopped components=postgres,kafka,etcd" in text
+        assert "up.stale_stack_stopped components=postgres,kafka,etcd,s3" in text
         assert reaper.wait(1) is not None  # reaped: it was our child
         assert _left_after(servers, 5) == []
         _wait_running(fresh)
