@@ -78,10 +78,14 @@ def read_env_file(path: Path) -> dict[str, str]:
 
 
 def write_env_file(path: Path, values: dict[str, str]) -> None:
-    """Write ``values`` atomically so a reader never sees half a file."""
+    """Write ``values`` atomically so a reader never sees half a file, readable by its owner
+    only (mode 0600): ``stack.env`` carries the embedded S3 server's secret key."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(f"{k}={v}\n" for k, v in values.items()), encoding="utf-8")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write("".join(f"{k}={v}\n" for k, v in values.items()))
+    tmp.chmod(0o600)  # a leftover .tmp of this name may have been more open
     tmp.replace(path)
 
 
