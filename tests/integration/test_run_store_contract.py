@@ -252,3 +252,22 @@ def test_the_next_claim_carries_the_progress_an_earlier_attempt_reported(
     assert run_store.runs_claim_batch("w2", [second])[second.lease_token].resume == '{"rows": 500}'
     # A claim retried after a lost reply gets it too.
     assert run_store.runs_claim_batch("w2", [second])[second.lease_token].resume == '{"rows": 500}'
+
+
+def test_a_hand_over_that_lands_after_the_target_completed_is_not_fenced(
+    run_store: RunStore,
+) -> None:
+    """A fast async target answers 202 and completes through the API before the worker's
+    hand-over statement reaches the database: the hand-over is accepted, changing nothing."""
+    first = _req(RUN_A, 1)
+    run_store.runs_claim_batch("w1", [first])
+    done = _end(RUN_A, 1, first.lease_token, "succeeded")
+    assert run_store.runs_complete_batch("target", [done]) == {first.lease_token}
+    accepted = AttemptEnd(
+        RUN_A, SCHEDULED, 1, first.lease_token, "running", "accepted", status_code=202, lease=LEASE
+    )
+    assert run_store.runs_complete_batch("w1", [accepted]) == {first.lease_token}
+    assert _fenced_count(run_store) == 0
+    renewal = LeaseRenewal(RUN_A, SCHEDULED, first.lease_token, LEASE)
+    assert run_store.runs_renew_batch([renewal]) == {}  # still ended: nothing to renew
+    assert run_store.runs_claim_batch("w2", [_req(RUN_A, 2)]) == {}

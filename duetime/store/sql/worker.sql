@@ -61,7 +61,9 @@ RETURNING r.lease_token, r.lease_expires_at;
 -- the status code (kept when the target's own end carries none); the target completes it
 -- through the API (docs/targets.md, "Async targets").
 -- An attempt whose run_attempts row already carries this token and a worker outcome was ended
--- by an earlier, committed call whose reply was lost: accepted again, changing nothing. Every
+-- by an earlier, committed call whose reply was lost: accepted again, changing nothing (a
+-- hand-over that arrives after the async target already completed the attempt through the API
+-- is accepted the same way: the attempt ended as its holder said). Every
 -- other request is fenced, and recorded as such (the evidence for invariant I3).
 WITH req AS (
     SELECT * FROM unnest(CAST(:run_ids AS uuid[]), CAST(:scheduled_fors AS timestamptz[]),
@@ -104,7 +106,6 @@ WITH req AS (
     SELECT a.lease_token
     FROM run_attempts a JOIN req ON a.run_id = req.run_id AND a.attempt = req.attempt
     WHERE a.lease_token = req.lease_token AND a.outcome IN ('succeeded', 'failed', 'handed_back')
-      AND req.state <> 'running'
 ), fenced AS (
     INSERT INTO run_fenced_completions (run_id, attempt, worker, lease_token, outcome)
     SELECT req.run_id, req.attempt, :worker, req.lease_token, req.outcome FROM req
