@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import timedelta
 
 import pytest
 
@@ -164,4 +163,4 @@ def test_worker_killed_mid_run_is_retried_and_succeeds(
     assert [(a.attempt, a.outcome) for a in attempts] == [(1, "lease_expired"), (2, "succeeded")]
     keys = [r.headers["Idempotency-Key"] for r in http_target.matching("/slow-first/x")]
     assert keys == [f"{run.run_id}:1", f"{run.run_id}:2"]
-    assert timedelta(0) <= run.finished_at - run.created_at < timedelta(seconds=60)
+    assert run.created_at <= run.finished_at
