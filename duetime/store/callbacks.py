@@ -3,10 +3,12 @@
 The target authenticates with the attempt's callback token, which is its lease token
 (``duetime.async_targets``). Each call is one short transaction: find the attempt by run,
 number and token (locking the run), then write under the same compare-and-set as a worker's
-renewal or completion. A call of an attempt that no longer holds the run is **fenced**: nothing
-changes, and it is recorded in ``run_fenced_completions`` with the worker ``target``, like a
-worker's fenced completion. Ends go through ``complete_batch``, the one statement that ends any
-attempt.
+renewal or completion. A call of an attempt that lost the run (its lease expired, the run moved
+on to another attempt) is **fenced**: nothing changes, and it is recorded in
+``run_fenced_completions`` with the worker ``target``, like a worker's fenced completion. A call
+after the target itself ended the attempt changes nothing either, but is not a stale holder's and
+is not recorded there (that table is the evidence that no stale holder's end was applied). Ends
+go through ``complete_batch``, the one statement that ends any attempt.
 """
 
 from __future__ import annotations
@@ -51,14 +53,22 @@ class CallbackAttempt:
 class CallbackResult:
     """What a call did.
 
-    ``status``: ``ok`` (applied), ``fenced`` (the attempt no longer holds the run; recorded),
-    ``unknown`` (no such attempt with this token). ``state`` is the run's state after the call,
-    ``lease_expires_at`` the renewed lease (heartbeats).
+    ``status``: ``ok`` (applied), ``fenced`` (the attempt no longer holds the run: it was
+    expired, or the run moved on; recorded), ``ended`` (the target itself already ended the
+    attempt, as ``ended_as``; not a stale holder, so not recorded), ``unknown`` (no such attempt
+    with this token). ``state`` is the run's state after the call, ``lease_expires_at`` the
+    renewed lease (heartbeats).
     """
 
-    status: Literal["ok", "fenced", "unknown"]
+    status: Literal["ok", "fenced", "ended", "unknown"]
     state: str | None = None
     lease_expires_at: datetime | None = None
+    ended_as: str | None = None
+
+
+# The outcomes an attempt's holder reports; any other end (lease_expired, handed_back) was not
+# the target's doing, and a call after it is a stale holder's.
+_REPORTED = ("succeeded", "failed")
 
 
 def _lookup(conn: Connection, call: CallbackAttempt) -> Any:
@@ -105,6 +115,8 @@ def attempts_callback_heartbeat(
         return CallbackResult("unknown")
     renewed = _renew(conn, call, row, progress)
     if renewed is None:
+        if row.attempt_outcome in _REPORTED:
+            return CallbackResult("ended", row.state, ended_as=row.attempt_outcome)
         _fenced(conn, call, "heartbeat")
         return CallbackResult("fenced", row.state)
     return CallbackResult("ok", "running", renewed.lease_expires_at)
@@ -122,7 +134,8 @@ def attempts_callback_complete(
     """End the attempt: succeeded, or failed (retried after the job's backoff, or dead).
 
     A repeated call whose first one was applied (its answer lost) is reported ``ok`` again,
-    changing nothing; a different report of an attempt that ended is fenced.
+    changing nothing; a different one is ``ended``; a call of an attempt that lost the run is
+    ``fenced``.
     """
     row = _lookup(conn, call)
     if row is None:
@@ -139,11 +152,13 @@ def attempts_callback_complete(
     )
     scheduled_for: datetime = row.scheduled_for
     if not row.holds:
-        # Ended already. The same report again is a call repeated after its answer was lost:
-        # accepted, changing nothing. Anything else is late (the attempt failed, or its lease
-        # expired and the run moved on): fenced.
-        if row.attempt_outcome == end.outcome and row.attempt_outcome in ("succeeded", "failed"):
-            return CallbackResult("ok", row.state)
+        # Ended already. By the target's own report: the same report again is a call repeated
+        # after its answer was lost (accepted, changing nothing), another one contradicts it.
+        # Otherwise the attempt lost the run (its lease expired, the run moved on): fenced.
+        if row.attempt_outcome in _REPORTED:
+            if row.attempt_outcome == end.outcome:
+                return CallbackResult("ok", row.state)
+            return CallbackResult("ended", row.state, ended_as=row.attempt_outcome)
         _fenced(conn, call, end.outcome)
         return CallbackResult("fenced", row.state)
     if progress is not None:

@@ -108,7 +108,15 @@ def test_progress_must_be_printable_ascii(api: Api) -> None:
     assert _run_row(api).progress is None
 
 
-def test_heartbeats_renew_and_keep_progress_a_failure_retries_and_the_next_attempt_resumes(
+def _expire(api: Api, claim: Claim, attempt: int) -> None:
+    """What the reaper does to a lease that ran out: the attempt ends, the run is retried."""
+    expired = AttemptEnd(
+        RUN, SCHEDULED, attempt, claim.lease_token, "scheduled", "lease_expired", error="lease"
+    )
+    assert api.store.runs_complete_batch("reaper", [expired]) == {claim.lease_token}
+
+
+def test_heartbeats_keep_progress_for_the_next_attempt_and_a_stale_attempt_is_fenced(
     api: Api, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
@@ -120,7 +128,35 @@ def test_heartbeats_renew_and_keep_progress_a_failure_retries_and_the_next_attem
     row = _run_row(api)
     assert row.progress == '{"rows":500}' and row.lease_expires_at > before
 
-    failed = _call(api, 1, "complete", first.lease_token, outcome="failed", error="disk full")
+    _expire(api, first, 1)  # the target went silent
+    second = _hand_over(api, 2)
+    assert second.resume == '{"rows":500}'  # the next attempt continues from there
+
+    # Attempt 1 wakes up: its calls are stale, refused as fenced, recorded, nothing changed.
+    stale_beat = _call(api, 1, "heartbeat", first.lease_token, progress="stale")
+    stale_end = _call(api, 1, "complete", first.lease_token, outcome="succeeded")
+    for stale in (stale_beat, stale_end):
+        assert stale.status_code == 409
+        assert stale.json()["error"] == "conflict"
+        assert stale.json()["message"].startswith("fenced:")
+    assert _fenced(api) == [(1, "target", "heartbeat"), (1, "target", "succeeded")]
+    row = _run_row(api)
+    assert (row.state, row.attempt, row.progress) == ("running", 2, '{"rows":500}')
+
+    done = _call(api, 2, "complete", second.lease_token, outcome="succeeded", progress="all")
+    assert (done.status_code, done.json()["state"]) == (200, "succeeded")
+    assert _run_row(api).progress == "all"
+    # The callback tokens never reach a log line.
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "attempt.callback_fenced" in logged
+    assert str(first.lease_token) not in logged and str(second.lease_token) not in logged
+
+
+def test_a_reported_failure_is_retried_and_later_calls_of_that_attempt_change_nothing(
+    api: Api,
+) -> None:
+    claim = _hand_over(api, 1)
+    failed = _call(api, 1, "complete", claim.lease_token, outcome="failed", error="disk full")
     assert (failed.status_code, failed.json()["state"]) == (200, "scheduled")
     row = _run_row(api)
     assert (row.state, row.attempt, row.later) == ("scheduled", 1, True)  # after the backoff
@@ -130,31 +166,18 @@ def test_heartbeats_renew_and_keep_progress_a_failure_retries_and_the_next_attem
             {"r": RUN},
         ).one()
     assert tuple(attempt_row) == ("failed", "disk full", 202)
-
-    second = _hand_over(api, 2)
-    assert second.resume == '{"rows":500}'  # the next attempt continues from there
-
-    # Attempt 1's calls are stale now: refused as fenced, recorded, nothing changed.
-    stale_beat = _call(api, 1, "heartbeat", first.lease_token, progress="stale")
-    stale_end = _call(api, 1, "complete", first.lease_token, outcome="succeeded")
-    for stale in (stale_beat, stale_end):
-        assert stale.status_code == 409
-        assert stale.json()["error"] == "conflict" and "fenced" in stale.json()["message"]
-    assert _fenced(api) == [(1, "target", "heartbeat"), (1, "target", "succeeded")]
+    # Repeated (its answer lost): accepted again. Contradicted, or a heartbeat after it: 409
+    # "ended", and not a stale holder's call, so not recorded as fenced.
+    again = _call(api, 1, "complete", claim.lease_token, outcome="failed", error="disk full")
+    assert (again.status_code, again.json()["state"]) == (200, "scheduled")
+    for late in (
+        _call(api, 1, "complete", claim.lease_token, outcome="succeeded"),
+        _call(api, 1, "heartbeat", claim.lease_token, progress="more"),
+    ):
+        assert late.status_code == 409 and late.json()["message"].startswith("ended:")
     row = _run_row(api)
-    assert (row.state, row.attempt, row.progress) == ("running", 2, '{"rows":500}')
-
-    done = _call(api, 2, "complete", second.lease_token, outcome="succeeded", progress="all")
-    assert (done.status_code, done.json()["state"]) == (200, "succeeded")
-    # Repeated (its answer lost): accepted again, changing nothing.
-    again = _call(api, 2, "complete", second.lease_token, outcome="succeeded")
-    assert (again.status_code, again.json()["state"]) == (200, "succeeded")
-    assert _run_row(api).progress == "all"
-    assert len(_fenced(api)) == 2
-    # The callback tokens never reach a log line.
-    logged = "\n".join(r.getMessage() for r in caplog.records)
-    assert "attempt.callback_fenced" in logged
-    assert str(first.lease_token) not in logged and str(second.lease_token) not in logged
+    assert (row.state, row.attempt, row.progress) == ("scheduled", 1, None)
+    assert _fenced(api) == []
 
 
 def test_a_final_failure_makes_the_run_dead(api: Api) -> None:

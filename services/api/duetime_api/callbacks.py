@@ -10,8 +10,10 @@ a duetime API token, and the callback token lets it act on that one attempt only
 - 401: no callback token;
 - 404: no such attempt, or a token that is not that attempt's (the same answer, so nothing tells
   whether the run exists);
-- 409 ``fenced``: the attempt no longer holds the run (it ended, or its lease expired and the run
-  moved on); nothing changed, and the call is recorded in ``run_fenced_completions``.
+- 409 ``fenced``: the attempt no longer holds the run (its lease expired, the run moved on);
+  nothing changed, and the call is recorded in ``run_fenced_completions``;
+- 409 ``ended``: the target already ended the attempt (a heartbeat after its completion, a
+  completion contradicting the first); nothing changed.
 
 The token is never logged: the access log has the path only, and the events here name the run
 and the attempt.
@@ -134,6 +136,13 @@ def _refuse(call: CallbackAttempt, kind: str, why: str) -> None:
 def _answer(call: CallbackAttempt, kind: str, result: CallbackResult) -> AttemptReportOut:
     if result.status == "unknown":
         raise ApiError(404, f"no attempt {call.attempt} of run {call.run_id} with this token")
+    if result.status == "ended":
+        raise ApiError(
+            409,
+            f"ended: attempt {call.attempt} already ended as {result.ended_as} (the run is "
+            f"{result.state}); nothing was changed",
+            "attempt",
+        )
     if result.status == "fenced":
         _refuse(
             call,
