@@ -11,14 +11,21 @@ from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 from sqlalchemy import text
 
 from duetime.archive.archiver import ArchiveConfig, Archiver
 from duetime.archive.codec import decode_runs, sha256_hex
 from duetime.archive.objects import S3ObjectStore, S3Settings
+from duetime.bus.topics import TopicCatalog
 from duetime.cli.main import main
+from duetime.config import Settings
+from duetime.jobdef import parse_job
 from duetime.store import Store
 from duetime.store.archive import archive_lock
+from duetime.store.jobs import jobs_apply
+from duetime_planner.config import PlannerConfig
+from duetime_planner.planner import Planner
 from duetime_reaper.archiving import make_periodic_archive
 from tests.fixtures.polling import wait_for
 from tests.fixtures.s3 import S3Server
@@ -326,3 +333,38 @@ def test_the_reapers_archive_thread_archives_and_a_second_one_finds_the_lock_tak
 def test_the_reaper_archives_nothing_without_object_storage(archive_env: Store) -> None:
     assert make_periodic_archive(archive_env, {"DUETIME_DATA_DIR": "/nonexistent"}) is None
     assert make_periodic_archive(archive_env, {"DUETIME_ARCHIVE_INTERVAL": "off"}) is None
+
+
+def test_the_planner_plans_into_a_day_the_archive_dropped(
+    archive_env: Store,
+    s3_server: S3Server,
+    prefix: str,
+    env: tuple[Settings, Store, Producer],
+) -> None:
+    """A planner that created an old day's partition (a one-off job due long ago) does not
+    remember it: after the archive dropped it, the next run for that day gets it back."""
+    settings, store, producer = env
+    planner = Planner(store, producer, TopicCatalog(settings.topic_prefix), PlannerConfig())
+    planner.ensure_partitions(NOW.date())
+
+    def plan_one_off(job_id: str, at: datetime) -> None:
+        job = parse_job(
+            {
+                "id": job_id,
+                "schedule": {"at": at.isoformat()},
+                "target": {"http": {"url": "https://example.com/hook"}},
+            }
+        )
+        with store.tx() as tx:
+            jobs_apply(tx, [job])
+        assert planner.run_once().runs_created == 1
+
+    plan_one_off("first", _at(OLD, 1))
+    with store.tx() as tx:
+        tx.conn.execute(text("UPDATE runs SET state = 'succeeded' WHERE job_id = 'first'"))
+    archiver = Archiver(store, _objects(s3_server, prefix), ArchiveConfig(prefix=prefix))
+    assert [p.action for p in archiver.run_once(NOW).partitions] == ["archived"]
+    assert not _partition_exists(store, OLD)
+
+    plan_one_off("second", _at(OLD, 2))
+    assert _count(store, "runs", OLD) == 1

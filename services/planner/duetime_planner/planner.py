@@ -129,6 +129,10 @@ class Planner:
         self._last_refused: frozenset[int] = frozenset()
         self._round = _RoundShards(self.config.shards, None)
         self._partitions: set[date] = set()
+        # Days before this are never remembered as having a partition: the archive drops the
+        # partitions of old days (docs/runs.md, "Retention and archive"), so a catch-up into
+        # one ensures its partition again, in a short transaction of its own.
+        self._remember_from: date | None = None
         self._last_sweep: float | None = None
         self._last_probe: float | None = None
         self.lookahead = self.config.lookahead
@@ -203,6 +207,8 @@ class Planner:
         return bool(kept)
 
     def ensure_partitions(self, today: date) -> None:
+        self._remember_from = today - timedelta(days=1)
+        self._partitions = {d for d in self._partitions if d >= self._remember_from}
         self._ensure_days(
             {today + timedelta(days=o) for o in range(-1, self.config.partitions_ahead_days + 1)}
         )
@@ -214,7 +220,8 @@ class Planner:
         with self.store.tx() as tx:
             for day in missing:
                 tx.runs_ensure_partition(day)
-        self._partitions.update(missing)
+        start = self._remember_from
+        self._partitions.update(d for d in missing if start is None or d >= start)
 
     def refresh_lookahead(self, *, force: bool = False, now: float | None = None) -> timedelta:
         """Re-count the jobs due ahead (at most every ``probe_interval``) and size the lookahead."""
@@ -257,9 +264,9 @@ class Planner:
             return self._plan_batch()
         except _MissingPartitions as missing:
             self._ensure_days(missing.days)
-        return self._plan_batch()
+            return self._plan_batch(ensured=missing.days)
 
-    def _plan_batch(self) -> tuple[PlanStats, bool]:
+    def _plan_batch(self, ensured: set[date] | None = None) -> tuple[PlanStats, bool]:
         cfg = self.config
         tokens = self._round.tokens
         refused = 0
@@ -335,7 +342,11 @@ class Planner:
                 advances.append((job.job_id, plan.next_run_at, last))
                 if plan.skipped is not None:
                     gaps.append(_gap(job, plan.skipped))
-            days = {_utc_day(r.scheduled_for) for r in new_runs} - self._partitions
+            days = (
+                {_utc_day(r.scheduled_for) for r in new_runs}
+                - self._partitions
+                - (ensured or set())
+            )
             if days:
                 raise _MissingPartitions(days)
             inserted = tx.runs_insert_many(new_runs, tokens)
