@@ -98,7 +98,7 @@ def test_up_demo_runs_and_ctrl_c_leaves_nothing_behind(tmp_path: Path) -> None:
         for component in stack["components"].values():
             if component.get("process"):
                 pids.add(int(component["process"]["pid"]))
-        assert len(pids) == 8, text  # four services, the API, three servers
+        assert len(pids) == 9, text  # four services, the API, four servers (S3 among them)
         assert all(_alive(pid) for pid in pids)
         _check_api(tmp_path / "data" / "api.json", text)
     finally:
