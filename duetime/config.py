@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
+from duetime.cold_tier import DEFAULT_HOT_HORIZON, validate_hot_horizon
 from duetime.errors import ConfigError
 
 __all__ = [
@@ -43,6 +45,9 @@ class Settings:
     # The ``client.id`` of this process's Kafka clients: what broker logs, quotas and ACLs name.
     kafka_client_id: str = "duetime"
     data_dir: Path = field(default_factory=lambda: default_data_dir())
+    # Jobs whose next run lies beyond this are kept in the cold tier (docs/planner.md); every
+    # process that writes jobs (planner, API, CLI) reads it (DUETIME_HOT_HORIZON, seconds).
+    hot_horizon: timedelta = DEFAULT_HOT_HORIZON
 
     def require_database(self) -> str:
         if not self.database_url:
@@ -108,6 +113,7 @@ def load_settings(data_dir: Path | None = None, env: dict[str, str] | None = Non
             f"not {client_id!r}"
         )
     return Settings(
+        hot_horizon=_hot_horizon(environ.get("DUETIME_HOT_HORIZON", "")),
         database_url=pick(_KEYS[0]),
         kafka_bootstrap=pick(_KEYS[1]),
         etcd_endpoints=pick(_KEYS[2]),
@@ -116,3 +122,15 @@ def load_settings(data_dir: Path | None = None, env: dict[str, str] | None = Non
         kafka_client_id=client_id,
         data_dir=directory,
     )
+
+
+def _hot_horizon(raw: str) -> timedelta:
+    if not raw:
+        return DEFAULT_HOT_HORIZON
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise ConfigError(f"DUETIME_HOT_HORIZON must be a number of seconds, not {raw!r}") from None
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        raise ConfigError(f"DUETIME_HOT_HORIZON must be a number of seconds, not {raw!r}")
+    return validate_hot_horizon(timedelta(seconds=seconds))

@@ -81,7 +81,9 @@ def cli_store(settings: Settings | None = None) -> Store:
     """A one-connection ``Store`` for a command, its database checked to answer."""
     settings = settings or cli_settings()
     url = database_url(settings)
-    store = Store(url, pool_size=1, application_name="duetime-cli")
+    store = Store(
+        url, pool_size=1, application_name="duetime-cli", hot_horizon=settings.hot_horizon
+    )
     try:
         with store.engine.connect():
             pass

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 
+from duetime.cold_tier import DEFAULT_HOT_HORIZON
 from duetime.errors import DataRefused, StoreError
 from duetime.flow import TargetLimit
 
@@ -112,10 +113,16 @@ class StoredJob:
 
 
 class Tx:
-    """Query methods bound to one open transaction."""
+    """Query methods bound to one open transaction.
 
-    def __init__(self, conn: Connection) -> None:
+    ``hot_horizon``: every statement that writes ``next_run_at`` puts a job whose next run lies
+    beyond it in the cold tier (duetime/cold_tier.py).
+    """
+
+    def __init__(self, conn: Connection, hot_horizon: timedelta = DEFAULT_HOT_HORIZON) -> None:
         self.conn = conn
+        self.hot_horizon = hot_horizon
+        self._hot_horizon_s = hot_horizon.total_seconds()
 
     def _rows(self, name: str, params: dict[str, Any] | None = None) -> Sequence[Any]:
         return self.conn.execute(query(name), params or {}).all()
@@ -137,7 +144,8 @@ class Tx:
         return rows[0] if rows else None
 
     def jobs_resume(self, job_id: str, next_run_at: datetime | None) -> int | None:
-        rows = self._rows("jobs_resume", {"job_id": job_id, "next_run_at": next_run_at})
+        params = {"job_id": job_id, "next_run_at": next_run_at}
+        rows = self._rows("jobs_resume", params | {"hot_horizon_s": self._hot_horizon_s})
         return int(rows[0].version) if rows else None
 
     def jobs_remove(self, job_id: str) -> bool:
@@ -196,7 +204,8 @@ class Tx:
         """Upsert ``rows.job_record`` objects; returns the job_ids stored (created or updated)."""
         if not records:
             return set()
-        return {r.job_id for r in self._rows("jobs_upsert_many", {"rows": batch_json(records)})}
+        params = {"rows": batch_json(records), "hot_horizon_s": self._hot_horizon_s}
+        return {r.job_id for r in self._rows("jobs_upsert_many", params)}
 
     def jobs_delete_many(self, tombstones: Sequence[tuple[str, int]]) -> set[str]:
         """Delete each (job_id, version) whose stored version is older; returns those deleted."""
@@ -229,9 +238,28 @@ class Tx:
             }
             for job_id, nxt, last in advances
         ]
-        return self._exec(
-            "jobs_advance_many", {"rows": batch_json(rows), "tokens": _tokens_json(tokens)}
-        )
+        params = {
+            "rows": batch_json(rows),
+            "tokens": _tokens_json(tokens),
+            "hot_horizon_s": self._hot_horizon_s,
+        }
+        return self._exec("jobs_advance_many", params)
+
+    # the cold tier's loader (sql/cold.sql) ---------------------------------------------------
+    def jobs_cold_buckets(
+        self, shards: Sequence[int], before: datetime, limit: int
+    ) -> list[tuple[datetime, int]]:
+        """(bucket, jobs) of the cold buckets of ``shards`` starting before ``before``."""
+        params = {"shards": list(shards), "before": before, "limit": limit}
+        return [(r.bucket, int(r.jobs)) for r in self._rows("jobs_cold_buckets", params)]
+
+    def jobs_cold_load(
+        self, bucket: datetime, shards: Sequence[int], tokens: Mapping[int, int] | None = None
+    ) -> int:
+        """Make ``bucket``'s jobs of ``shards`` hot; returns how many. With ``tokens`` only
+        those of shards whose stored fencing token is the given one."""
+        params = {"bucket": bucket, "shards": list(shards), "tokens": _tokens_json(tokens)}
+        return self._exec("jobs_cold_load", params)
 
     def occurrence_gaps_insert(
         self, gaps: Sequence[OccurrenceGap], tokens: Mapping[int, int] | None = None
@@ -377,10 +405,18 @@ def _tokens_json(tokens: Mapping[int, int] | None) -> str | None:
 class Store:
     """Owns the engine; ``tx()`` gives a transaction, the shortcuts below run one each."""
 
-    def __init__(self, database_url: str, *, pool_size: int = 5, application_name: str = "duetime"):
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        pool_size: int = 5,
+        application_name: str = "duetime",
+        hot_horizon: timedelta = DEFAULT_HOT_HORIZON,
+    ):
         self.engine: Engine = make_engine(
             database_url, pool_size=pool_size, application_name=application_name
         )
+        self.hot_horizon = hot_horizon
 
     def close(self) -> None:
         self.engine.dispose()
@@ -389,7 +425,7 @@ class Store:
     def tx(self) -> Iterator[Tx]:
         try:
             with self.engine.begin() as conn:
-                yield Tx(conn)
+                yield Tx(conn, self.hot_horizon)
         except (DataError, IntegrityError) as exc:
             raise DataRefused(f"database refused the data: {_first_line(exc)}") from exc
         except SQLAlchemyError as exc:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+from duetime.cold_tier import DEFAULT_HOT_HORIZON, cold_bucket_for
 from duetime.flow import TargetLimit
 from duetime.model import HttpTarget
 from duetime.schedule import RetryPolicy, ScheduleSpec
@@ -74,16 +75,27 @@ class _State:
     fence: dict[int, FenceRow] = field(default_factory=dict)
     partitions: set[date] = field(default_factory=set)
     gaps: dict[tuple[str, datetime], OccurrenceGap] = field(default_factory=dict)
+    cold: dict[str, datetime] = field(default_factory=dict)  # job_id -> its cold bucket
 
 
 class FakePlannerStore:
-    def __init__(self, clock: datetime = datetime(2026, 12, 3, 12, tzinfo=UTC)) -> None:
+    def __init__(
+        self,
+        clock: datetime = datetime(2026, 12, 3, 12, tzinfo=UTC),
+        hot_horizon: timedelta = DEFAULT_HOT_HORIZON,
+    ) -> None:
         self.clock = clock
+        self.hot_horizon = hot_horizon
         self.state = _State()
         self.transactions = 0
 
     def add_job(self, job: DueJob) -> None:
+        """Store ``job`` as a job write would: cold when its next run is beyond the horizon."""
         self.state.jobs[job.job_id] = job
+        self.state.cold.pop(job.job_id, None)
+        bucket = cold_bucket_for(job.next_run_at, self.clock, self.hot_horizon)
+        if bucket is not None:
+            self.state.cold[job.job_id] = bucket
 
     def job(self, job_id: str) -> DueJob:
         return self.state.jobs[job_id]
@@ -154,6 +166,7 @@ class FakePlannerTx:
             for j in self._s.jobs.values()
             if j.shard_id in wanted
             and j.job_id not in self._s.paused
+            and j.job_id not in self._s.cold
             and j.next_run_at is not None
             and j.next_run_at <= horizon
         ]
@@ -196,8 +209,35 @@ class FakePlannerTx:
                 next_run_at=next_run_at,  # type: ignore[arg-type]  # None: finished
                 last_scheduled_for=last or job.last_scheduled_for,
             )
+            self._s.cold.pop(job_id, None)
+            bucket = cold_bucket_for(next_run_at, self._store.clock, self._store.hot_horizon)
+            if bucket is not None:
+                self._s.cold[job_id] = bucket
             moved += 1
         return moved
+
+    def jobs_cold_buckets(
+        self, shards: Sequence[int], before: datetime, limit: int
+    ) -> list[tuple[datetime, int]]:
+        counts: dict[datetime, int] = {}
+        for job_id, bucket in self._s.cold.items():
+            if bucket < before and self._s.jobs[job_id].shard_id in shards:
+                counts[bucket] = counts.get(bucket, 0) + 1
+        return sorted(counts.items())[:limit]
+
+    def jobs_cold_load(
+        self, bucket: datetime, shards: Sequence[int], tokens: Mapping[int, int] | None = None
+    ) -> int:
+        loaded = [
+            job_id
+            for job_id, b in self._s.cold.items()
+            if b == bucket
+            and (shard := self._s.jobs[job_id].shard_id) in shards
+            and _fenced(self._s, shard, tokens)
+        ]
+        for job_id in loaded:
+            del self._s.cold[job_id]
+        return len(loaded)
 
     def occurrence_gaps_insert(
         self, gaps: Sequence[OccurrenceGap], tokens: Mapping[int, int] | None = None

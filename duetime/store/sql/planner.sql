@@ -14,15 +14,19 @@ WHERE job_id = ANY(ARRAY(SELECT json_array_elements_text(CAST(:job_ids AS json))
 -- The bulk form of jobs_upsert (queries.sql), same rules: an older or equal version never overwrites a newer
 -- definition; next_run_at changes only when the schedule changed. A job_id may appear only once
 -- per statement (ON CONFLICT cannot touch a row twice); jobs_apply resolves duplicates first.
+-- A job whose next run lies beyond :hot_horizon_s is written cold (duetime_cold_bucket,
+-- migration 0015); a kept next_run_at keeps its bucket.
 INSERT INTO jobs AS j (
     job_id, tenant, shard_id, schedule_kind, schedule_expr, time_zone, dst_gap, dst_overlap,
     start_at, window_ms, catch_up, max_catch_up, overlap, target, target_service, max_attempts,
     retry_initial_ms, retry_multiplier, retry_max_ms, retry_jitter, lease_ms, heartbeat_ms, paused,
-    next_run_at, version)
+    next_run_at, version, cold_bucket)
 SELECT u.job_id, u.tenant, u.shard_id, u.schedule_kind, u.schedule_expr, u.time_zone, u.dst_gap,
        u.dst_overlap, u.start_at, u.window_ms, u.catch_up, u.max_catch_up, u.overlap, u.target,
        u.target_service, u.max_attempts, u.retry_initial_ms, u.retry_multiplier, u.retry_max_ms,
-       u.retry_jitter, u.lease_ms, u.heartbeat_ms, u.paused, u.next_run_at, u.version
+       u.retry_jitter, u.lease_ms, u.heartbeat_ms, u.paused, u.next_run_at, u.version,
+       duetime_cold_bucket(u.next_run_at,
+                           now() + make_interval(secs => CAST(:hot_horizon_s AS double precision)))
 FROM json_to_recordset(CAST(:rows AS json)) AS u(
     job_id text, tenant text, shard_id smallint, schedule_kind text, schedule_expr text,
     time_zone text, dst_gap text, dst_overlap text, start_at timestamptz, window_ms bigint,
@@ -59,6 +63,13 @@ ON CONFLICT (job_id) DO UPDATE SET
               EXCLUDED.dst_gap, EXCLUDED.dst_overlap, EXCLUDED.start_at)
         THEN EXCLUDED.next_run_at
         ELSE j.next_run_at END,
+    cold_bucket = CASE
+        WHEN (j.schedule_kind, j.schedule_expr, j.time_zone, j.dst_gap, j.dst_overlap,
+              j.start_at) IS DISTINCT FROM
+             (EXCLUDED.schedule_kind, EXCLUDED.schedule_expr, EXCLUDED.time_zone,
+              EXCLUDED.dst_gap, EXCLUDED.dst_overlap, EXCLUDED.start_at)
+        THEN EXCLUDED.cold_bucket
+        ELSE j.cold_bucket END,
     version = EXCLUDED.version,
     updated_at = now()
 WHERE j.version < EXCLUDED.version
@@ -77,6 +88,7 @@ RETURNING j.job_id;
 -- planner holds. Locking in the same query level as the ORDER BY would sort every due row in
 -- full before LIMIT (LockRows sits between them): measured 0.4 s per 5000-job batch with 100k
 -- due. :pick is larger than :limit so that rows locked elsewhere do not leave the batch short.
+-- Hot rows only (cold_bucket IS NULL, the due index's predicate): far-future jobs are cold.
 SELECT job_id, tenant, schedule_kind, schedule_expr, time_zone, dst_gap, dst_overlap, start_at,
        window_ms, catch_up, max_catch_up, target_service, max_attempts, next_run_at,
        last_scheduled_for, target, lease_ms, heartbeat_ms, retry_initial_ms, retry_multiplier,
@@ -85,10 +97,10 @@ FROM jobs
 WHERE job_id = ANY(ARRAY(
         SELECT job_id FROM jobs
         WHERE shard_id = ANY(:shards) AND NOT paused AND next_run_at IS NOT NULL
-          AND next_run_at <= :horizon
+          AND cold_bucket IS NULL AND next_run_at <= :horizon
         ORDER BY next_run_at
         LIMIT :pick))
-  AND NOT paused AND next_run_at IS NOT NULL AND next_run_at <= :horizon
+  AND NOT paused AND next_run_at IS NOT NULL AND cold_bucket IS NULL AND next_run_at <= :horizon
 ORDER BY next_run_at
 LIMIT :limit
 FOR UPDATE SKIP LOCKED;
@@ -96,8 +108,12 @@ FOR UPDATE SKIP LOCKED;
 -- name: jobs_advance_many
 -- The planner moves every planned job of a batch in one statement. With :tokens (etcd mode,
 -- sql/shards.sql) only jobs of shards whose stored fencing token is the one given move: the
--- database, not the planner, refuses a write under a token a newer owner has replaced.
+-- database, not the planner, refuses a write under a token a newer owner has replaced. A job
+-- whose next run lies beyond :hot_horizon_s goes cold (a daily job after its run, for example).
 UPDATE jobs j SET next_run_at = u.next_run_at,
+                  cold_bucket = duetime_cold_bucket(
+                      u.next_run_at,
+                      now() + make_interval(secs => CAST(:hot_horizon_s AS double precision))),
                   last_scheduled_for = COALESCE(u.last_scheduled_for, j.last_scheduled_for),
                   updated_at = now()
 FROM json_to_recordset(CAST(:rows AS json))
@@ -120,7 +136,7 @@ SELECT date_bin(make_interval(secs => CAST(:bucket_seconds AS double precision))
 FROM (
     SELECT next_run_at FROM jobs
     WHERE shard_id = ANY(:shards) AND NOT paused AND next_run_at IS NOT NULL
-      AND next_run_at <= :horizon
+      AND cold_bucket IS NULL AND next_run_at <= :horizon
     ORDER BY next_run_at
     LIMIT :cap
 ) AS ahead

@@ -87,6 +87,9 @@ WITH held AS (
     SELECT job_id, next_run_at FROM jobs WHERE job_id = :job_id AND paused FOR UPDATE
 ), resumed AS (
     UPDATE jobs j SET paused = false, next_run_at = :next_run_at, version = j.version + 1,
+                      cold_bucket = duetime_cold_bucket(
+                          CAST(:next_run_at AS timestamptz),
+                          now() + make_interval(secs => CAST(:hot_horizon_s AS double precision))),
                       updated_at = now()
     FROM held WHERE j.job_id = held.job_id
     RETURNING j.job_id, j.version, held.next_run_at AS held_from

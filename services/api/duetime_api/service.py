@@ -62,7 +62,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging("api")
     settings = load_settings()
-    store = Store(settings.require_database(), pool_size=4, application_name="duetime-api")
+    store = Store(
+        settings.require_database(),
+        pool_size=4,
+        application_name="duetime-api",
+        hot_horizon=settings.hot_horizon,
+    )
     app = create_app(store, settings)
     config = uvicorn.Config(
         app,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from duetime.cold_tier import DEFAULT_HOT_HORIZON, validate_hot_horizon
 from duetime.errors import ConfigError
 from duetime.sharding import SHARD_COUNT
 
@@ -56,6 +57,12 @@ class PlannerConfig:
     # 5,000 jobs in Python), which it must not cut: a whole batch, statements and search, took
     # up to 4 s on a loaded 2-core machine (the spike benchmark, docs/failover.md).
     fenced_idle_timeout: timedelta = timedelta(seconds=20)
+    # The cold tier (docs/planner.md): jobs due beyond `hot_horizon` are kept out of the due
+    # index; every `cold_load_interval` the loader makes each cold bucket that starts before
+    # now + hot_horizon hot, one transaction per bucket, at most `cold_load_buckets` per round.
+    hot_horizon: timedelta = DEFAULT_HOT_HORIZON
+    cold_load_interval: timedelta = timedelta(seconds=5)
+    cold_load_buckets: int = 24
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -77,3 +84,13 @@ class PlannerConfig:
             raise ConfigError("planner sweep_max_grace must be at least sweep_grace (> 0)")
         if self.sweep_limit < 1:
             raise ConfigError("planner sweep_limit must be at least 1")
+        validate_hot_horizon(self.hot_horizon)
+        if self.cold_load_interval <= timedelta(0) or self.cold_load_buckets < 1:
+            raise ConfigError("planner cold_load_interval and cold_load_buckets must be positive")
+        # The spike probe and the due scan see hot jobs only: a job must be hot before the
+        # furthest lookahead reaches it, with a loader round to spare.
+        if self.hot_horizon < self.max_lookahead + 2 * self.cold_load_interval:
+            raise ConfigError(
+                "the hot horizon (DUETIME_HOT_HORIZON) must exceed the planner's max_lookahead "
+                "by two cold_load_interval at least"
+            )

@@ -15,7 +15,9 @@ Work is per batch, never per job or run: one scan, one insert of every run, one 
 job, one mark of every published run per batch of ``batch_size``; the schedule search runs once
 per (spec, next_run_at) group (``planning.plan_jobs``). The lookahead grows when a spike is
 coming (``planning.lookahead_for``), so a midnight of 100k runs is out well before it is due.
-docs/planner.md has the design notes, including the sweeper's rule.
+Far-future jobs are cold (kept out of the due index); before planning, the cold tier's loader
+(``cold.py``) makes the coming hour's buckets hot. docs/planner.md has the design notes,
+including the sweeper's rule and the cold tier.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from duetime.schedule import ScheduleCache
 from duetime.store import NewRun, OccurrenceGap, flow
 from duetime.store.rows import DueJob, OutboxRun
 
+from .cold import ColdLoader
 from .config import PlannerConfig
 from .ports import PlannerStore, PlannerTx, RecordProducer, ShardOwner
 
@@ -62,6 +65,9 @@ class PlanStats:
     # fence), and job advances the fence refused inside a transaction.
     shards_refused: int = 0
     writes_fenced: int = 0
+    # The cold tier's loader (cold.py): buckets made hot, and the jobs they held.
+    cold_buckets_loaded: int = 0
+    cold_jobs_loaded: int = 0
 
     def __add__(self, other: PlanStats) -> PlanStats:
         return PlanStats(
@@ -72,6 +78,8 @@ class PlanStats:
             self.runs_swept + other.runs_swept,
             self.shards_refused + other.shards_refused,
             self.writes_fenced + other.writes_fenced,
+            self.cold_buckets_loaded + other.cold_buckets_loaded,
+            self.cold_jobs_loaded + other.cold_jobs_loaded,
         )
 
 
@@ -141,6 +149,7 @@ class Planner:
         self._rates_read_at: float | None = None
         self._rate_cache: dict[str, float] = {}
         self._no_rate: set[str] = set()
+        self.cold = ColdLoader(store, self.config, member)
 
     def run_once(self, now: float | None = None) -> PlanStats:
         """Plan every due job of this round's shards, publish every unpublished run (in
@@ -149,6 +158,13 @@ class Planner:
         self._round = self._round_shards(started)
         stats = PlanStats()
         if self._round.shards:
+            # The coming hour's jobs enter the due index before the scan looks for them.
+            load = self.cold.maybe_load(started, self._round.shards, self._round.tokens)
+            stats = PlanStats(
+                shards_refused=load.shards_refused,
+                cold_buckets_loaded=load.buckets,
+                cold_jobs_loaded=load.jobs,
+            )
             self.refresh_lookahead(now=started)
             while True:
                 round_stats, full = self.plan_batch()

@@ -52,6 +52,14 @@ class PlannerTx(Protocol):
         tokens: Mapping[int, int] | None = None,
     ) -> int: ...
 
+    def jobs_cold_buckets(
+        self, shards: Sequence[int], before: datetime, limit: int
+    ) -> list[tuple[datetime, int]]: ...
+
+    def jobs_cold_load(
+        self, bucket: datetime, shards: Sequence[int], tokens: Mapping[int, int] | None = None
+    ) -> int: ...
+
     def occurrence_gaps_insert(
         self, gaps: Sequence[OccurrenceGap], tokens: Mapping[int, int] | None = None
     ) -> None: ...

@@ -114,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tick_interval=timedelta(seconds=args.tick),
         batch_size=args.batch_size,
         on_time_grace=timedelta(seconds=args.on_time_grace),
+        hot_horizon=settings.hot_horizon,
     )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -123,7 +124,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     metrics = PlannerMetrics()
     endpoint = serve_metrics("planner", os.environ)
     create_topics(settings)
-    store = Store(settings.require_database(), application_name="duetime-planner")
+    store = Store(
+        settings.require_database(),
+        application_name="duetime-planner",
+        hot_horizon=settings.hot_horizon,
+    )
     producer = make_producer(settings)
     consumer = Consumer(consumer_config(settings, f"{settings.topic_prefix}planner-ingest"))
     member = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
