@@ -8,7 +8,7 @@ RUN := $(UV) run --frozen --no-sync
 export UV_PYTHON_DOWNLOADS := never
 export UV_PYTHON := $(PYTHON)
 
-.PHONY: up test browser check lint fmt typecheck contracts unit bench bench-spike stack-up stack-down clean
+.PHONY: up test browser check lint fmt typecheck contracts unit bench bench-spike bench-scan stack-up stack-down clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -56,6 +56,12 @@ bench: $(STAMP)
 ## bench-spike: the spike benchmark's scenario set (~25 min); bench/results/spike.json, bench/reports/spike.md
 bench-spike: $(STAMP)
 	$(RUN) python -m bench spike --set
+
+## bench-scan: the due scan with 10k, 1M and 10M pending jobs; bench/results/scan.json, bench/reports/scan.md
+## (SIZES=10k,1M for fewer)
+SIZES ?= 10k,1M,10M
+bench-scan: $(STAMP)
+	$(RUN) python -m bench scan --sizes $(SIZES)
 
 stack-up: $(STAMP)
 	$(RUN) duetime stack up

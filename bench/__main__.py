@@ -1,7 +1,8 @@
 """``python -m bench``: run every benchmark module (bench/bench_*.py); each writes its report.
 
 ``python -m bench bench_schedule ...`` runs the named modules only; ``python -m bench spike ...``
-runs one scenario of the spike benchmark (``python -m bench spike --help``).
+runs one scenario of the spike benchmark (``python -m bench spike --help``); ``python -m bench
+scan [--sizes 10k,1M]`` the due-scan benchmark (``make bench-scan``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ def main() -> int:
         from bench.bench_spike import spike_command
 
         return spike_command(sys.argv[2:])
+    if sys.argv[1:2] == ["scan"]:
+        from bench.bench_scan import scan_command
+
+        return scan_command(sys.argv[2:])
     names = sorted(p.stem for p in Path(__file__).parent.glob("bench_*.py"))
     wanted = set(sys.argv[1:])
     for name in names:
