@@ -137,6 +137,7 @@ def _run(args: argparse.Namespace) -> int:
             claim.release()
         if signals.received:
             sup.say("duetime", f"up.stopped signals={signals.received}")
+        signals.ignore_from_now_on()
     return 0
 
 
@@ -253,6 +254,14 @@ class _StopSignals:
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self.received += 1
+
+    def ignore_from_now_on(self) -> None:
+        """Everything is stopped: a signal still on its way (the group's second copy) must not
+        end the process now. Python puts the default action back for the handlers it installed
+        while the interpreter shuts down, which would make a clean stop exit by SIGTERM; an
+        ignored signal stays ignored."""
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def _record(claim: UpClaim | None, owns_stack: bool, sup: Supervisor) -> None:
