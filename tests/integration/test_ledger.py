@@ -90,7 +90,8 @@ def test_what_catch_up_left_out_after_an_outage_is_in_the_ledger(
     )
     # The newest missed occurrence and the on-time ones have runs; the rest is upcoming.
     assert by_status["scheduled"] and all(line["run_id"] for line in by_status["scheduled"])
-    assert "missed" not in by_status and "upcoming" in by_status, {k: len(v) for k, v in by_status.items()}
+    counts = {status: len(lines) for status, lines in by_status.items()}
+    assert "missed" not in by_status and "upcoming" in by_status, counts
     # Planning again records nothing twice.
     planner.run_once()
     with store.engine.begin() as conn:

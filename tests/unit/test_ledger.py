@@ -12,6 +12,7 @@ from duetime.schedule import ScheduleSpec, compile_schedule
 HOURLY = compile_schedule(ScheduleSpec("cron", "0 * * * *"))
 T = datetime(2026, 12, 3, tzinfo=UTC)
 H = timedelta(hours=1)
+RUN_ID = uuid.UUID(int=1)
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,7 @@ class Run:
     state: str
     last_error: str | None = None
     attempt: int = 1
-    run_id: uuid.UUID = uuid.UUID(int=1)
+    run_id: uuid.UUID = RUN_ID
 
 
 @dataclass(frozen=True)
