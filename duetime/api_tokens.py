@@ -8,6 +8,9 @@ by its ``token_id`` and accepted only if its hash matches the stored one, compar
 time (``hmac.compare_digest``), so the time a check takes says nothing about the stored hash.
 
 The token text never goes into a log line, an error message or the database.
+
+A dashboard sign-in code (``duetime up``'s one-time link, ``duetime.store.sign_in_links``) is 32
+random bytes in URL-safe base64 as well, stored as its SHA-256 for the same reason.
 """
 
 from __future__ import annotations
@@ -22,14 +25,17 @@ from dataclasses import dataclass
 __all__ = [
     "TOKEN_ID_PATTERN",
     "IssuedToken",
+    "issue_sign_in_code",
     "issue_token",
     "matches",
     "parse_token",
+    "sign_in_code_sha256",
     "token_sha256",
 ]
 
 TOKEN_ID_PATTERN = re.compile(r"^[a-z0-9]{12}$")
 _TOKEN = re.compile(r"^dt_([a-z0-9]{12})_([A-Za-z0-9_-]{43})$")
+_SIGN_IN_CODE = re.compile(r"[A-Za-z0-9_-]{43}")
 _ID_ALPHABET = string.ascii_lowercase + string.digits
 
 
@@ -64,3 +70,16 @@ def parse_token(token: str) -> str | None:
 def matches(token: str, stored_sha256: bytes) -> bool:
     """Whether ``token`` hashes to ``stored_sha256``, compared in constant time."""
     return hmac.compare_digest(token_sha256(token), bytes(stored_sha256))
+
+
+def issue_sign_in_code() -> tuple[str, bytes]:
+    """A new one-time sign-in code and its SHA-256 (what is stored)."""
+    code = secrets.token_urlsafe(32)
+    return code, hashlib.sha256(code.encode("ascii")).digest()
+
+
+def sign_in_code_sha256(code: str) -> bytes | None:
+    """The SHA-256 of a well-formed sign-in code, None for anything else (a URL brings any text)."""
+    if not _SIGN_IN_CODE.fullmatch(code):
+        return None
+    return hashlib.sha256(code.encode("ascii")).digest()

@@ -4,8 +4,9 @@
 temporary file created 0600, then renamed, so the token is never readable by others, not even
 for a moment). A later ``duetime up`` on the same data dir keeps the token while it is valid
 (not revoked, same database) and the port while it is free, so scripts and bookmarks keep
-working across restarts. The token is printed nowhere: ``duetime up`` prints the URL and the
-file's path.
+working across restarts. The token is printed nowhere: ``duetime up`` prints the URL, the
+file's path, and a one-time dashboard sign-in link made for the token once the API answers
+(``sign_in_link``; ``duetime.store.sign_in_links`` has why a link and not the token).
 """
 
 from __future__ import annotations
@@ -13,15 +14,28 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from duetime.api_tokens import parse_token
 from duetime.store import Store
+from duetime.store.sign_in_links import sign_in_links_create
 from duetime.store.tokens import tokens_authenticate, tokens_create
 from duetime_infra.ports import find_free_port, port_is_free
 
-__all__ = ["API_FILE", "DEFAULT_API_PORT", "ApiAccess", "prepare_api"]
+__all__ = [
+    "API_FILE",
+    "DEFAULT_API_PORT",
+    "ApiAccess",
+    "prepare_api",
+    "sign_in_link",
+    "wait_for_api",
+]
 
 API_FILE = "api.json"
 #: The port ``duetime up`` gives the API when it is free (else any free one).
@@ -94,3 +108,31 @@ def write_api_file(access: ApiAccess) -> None:
         out.write("\n")
     tmp.chmod(0o600)  # whatever the umask did
     tmp.replace(access.file)
+
+
+def wait_for_api(access: ApiAccess, timeout: float, between: Callable[[], None]) -> bool:
+    """Whether the API answered ``/healthz`` within ``timeout`` seconds; ``between`` runs
+    between tries (the caller's stop check and service watch)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"{access.url}/healthz", timeout=2) as answer:
+                if answer.status == 200:
+                    return True
+        except (OSError, urllib.error.URLError):
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        between()
+        time.sleep(0.2)
+
+
+def sign_in_link(access: ApiAccess, store: Store) -> str:
+    """A new one-time link to the dashboard for the admin token of ``api.json``: its code is
+    stored hashed, works once and for 15 minutes (``duetime.store.sign_in_links``)."""
+    token_id = parse_token(access.admin_token)
+    if token_id is None:  # prepare_api made or checked it: cannot happen
+        raise ValueError("the admin token of api.json is malformed")
+    with store.tx() as tx:
+        link = sign_in_links_create(tx.conn, token_id)
+    return f"{access.url}/ui/sign-in/{link.code}"

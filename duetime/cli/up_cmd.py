@@ -29,7 +29,7 @@ from duetime_infra.processes import child_record
 
 from .demo import DemoTarget, demo_jobs
 from .supervisor import STOP_GRACE, Supervisor
-from .up_api import DEFAULT_API_PORT, ApiAccess, prepare_api
+from .up_api import DEFAULT_API_PORT, ApiAccess, prepare_api, sign_in_link, wait_for_api
 from .up_record import UpClaim, UpRecord, stop_services
 
 SERVICES = ("planner", "dispatcher", "worker", "reaper", "api")
@@ -37,6 +37,8 @@ SERVICES = ("planner", "dispatcher", "worker", "reaper", "api")
 METRICS_SERVICES = ("planner", "dispatcher", "worker", "reaper")
 METRICS_BASE_ENV = "DUETIME_METRICS_PORT_BASE"
 DEFAULT_METRICS_BASE = 9470
+# How long up waits for the API to answer before printing the sign-in link anyway.
+_API_READY_TIMEOUT = 60.0
 # How often the main loop looks for a stop request and for services that died.
 _POLL_INTERVAL = 0.2
 
@@ -105,7 +107,8 @@ def _run(args: argparse.Namespace) -> int:
             f"etcd={urls.etcd_endpoints} s3={urls.s3_endpoint or '-'}",
         )
         signals.raise_if_requested()
-        demo, store = _start_services(args, sup, data_dir, urls)
+        demo, store, api = _start_services(args, sup, data_dir, urls)
+        _say_sign_in_link(sup, api, store, signals)
         sup.say("duetime", "up.ready (Ctrl-C stops everything)")
         last_summary = time.monotonic()
         while True:
@@ -143,7 +146,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _start_services(
     args: argparse.Namespace, sup: Supervisor, data_dir: Path, urls: StackUrls
-) -> tuple[DemoTarget | None, Store]:
+) -> tuple[DemoTarget | None, Store, ApiAccess]:
     """Start the demo target (if asked), the services, and apply the demo jobs."""
     env = {
         **os.environ,
@@ -178,16 +181,30 @@ def _start_services(
         sup.say("duetime", f"metrics.url name={label} url={url}")
     sup.start_all()
     sup.say("duetime", f"api.url url={api.url} admin_token_file={api.file}")
-    # The dashboard's sign-in takes a token; the admin token stays off the terminal (a terminal's
-    # output ends up in logs), so this says where it is (docs/dashboard.md).
-    sup.say("duetime", f"dashboard.url url={api.url}/ui/ sign_in_token={api.file}:admin_token")
     store = Store(urls.database_url, pool_size=1, application_name="duetime-up")
     if demo is not None:
         with store.tx() as tx:
             writes = jobs_apply(tx, demo_jobs(demo.port))
         for w in writes:
             sup.say("duetime", f"demo.job_applied job_id={w.job_id} action={w.action}")
-    return demo, store
+    return demo, store, api
+
+
+def _say_sign_in_link(sup: Supervisor, api: ApiAccess, store: Store, signals: _StopSignals) -> None:
+    """Print the dashboard's URL with a one-time sign-in link, once the API answers.
+
+    The admin token stays off the terminal (a terminal's output ends up in logs): the link signs
+    in once, within 15 minutes (docs/dashboard.md). It is made when the API answers, so the 15
+    minutes start when it can be used; a stop asked for meanwhile is honoured at once."""
+
+    def between_tries() -> None:
+        signals.raise_if_requested()
+        sup.check()
+
+    ready = wait_for_api(api, _API_READY_TIMEOUT, between_tries)
+    if not ready:
+        sup.say("duetime", f"api.not_ready_yet timeout_s={_API_READY_TIMEOUT:g}")
+    sup.say("duetime", f"dashboard.url url={api.url}/ui/ sign_in={sign_in_link(api, store)}")
 
 
 class _MetricsPorts:

@@ -225,6 +225,18 @@ CREATE TABLE public.shard_owners (
     CONSTRAINT shard_owners_token_check CHECK ((token > 0))
 );
 
+CREATE TABLE public.sign_in_links (
+    code_sha256 bytea NOT NULL,
+    token_id text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    used_at timestamp with time zone,
+    session_token_id text,
+    CONSTRAINT sign_in_links_code_sha256_check CHECK ((length(code_sha256) = 32)),
+    CONSTRAINT sign_in_links_expiry CHECK ((expires_at > created_at)),
+    CONSTRAINT sign_in_links_session CHECK (((used_at IS NULL) = (session_token_id IS NULL)))
+);
+
 CREATE TABLE public.target_forecast (
     target_service text NOT NULL,
     second bigint NOT NULL,
@@ -303,6 +315,9 @@ ALTER TABLE ONLY public.runs
 ALTER TABLE ONLY public.shard_owners
     ADD CONSTRAINT shard_owners_pkey PRIMARY KEY (shard_id);
 
+ALTER TABLE ONLY public.sign_in_links
+    ADD CONSTRAINT sign_in_links_pkey PRIMARY KEY (code_sha256);
+
 ALTER TABLE ONLY public.target_forecast
     ADD CONSTRAINT target_forecast_pkey PRIMARY KEY (target_service, second);
 
@@ -343,3 +358,9 @@ CREATE INDEX runs_lease_idx ON ONLY public.runs USING btree (lease_expires_at) W
 CREATE INDEX runs_outbox_idx ON ONLY public.runs USING btree (due_at) WHERE ((state = 'scheduled'::text) AND (published_at IS NULL));
 
 CREATE INDEX runs_unclaimed_idx ON ONLY public.runs USING btree (due_at) WHERE ((state = 'scheduled'::text) AND (published_at IS NOT NULL));
+
+ALTER TABLE ONLY public.sign_in_links
+    ADD CONSTRAINT sign_in_links_session_token_id_fkey FOREIGN KEY (session_token_id) REFERENCES public.api_tokens(token_id);
+
+ALTER TABLE ONLY public.sign_in_links
+    ADD CONSTRAINT sign_in_links_token_id_fkey FOREIGN KEY (token_id) REFERENCES public.api_tokens(token_id);

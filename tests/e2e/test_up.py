@@ -1,7 +1,8 @@
 """``duetime up --demo`` as a user runs it: demo runs succeed, the failing job goes dead, the
 reaper's consumer group commits offsets on ``runs.heartbeats``, the REST API answers with the
-admin token of ``api.json`` (mode 0600), and one SIGINT (Ctrl-C) stops every service and server
-it started."""
+admin token of ``api.json`` (mode 0600), the printed one-time sign-in link opens the dashboard
+once (and its code is not in the API's access log), and one SIGINT (Ctrl-C) stops every service
+and server it started."""
 
 from __future__ import annotations
 
@@ -113,6 +114,21 @@ def test_up_demo_runs_and_ctrl_c_leaves_nothing_behind(tmp_path: Path) -> None:
     assert text.count("service.stopped") == 5
     # The admin token is in api.json only: never on the terminal.
     assert json.loads((tmp_path / "data" / "api.json").read_text())["admin_token"] not in text
+    # The sign-in link's code is on duetime's own line only: the API's access log cut it out.
+    code = _sign_in_link(text).rsplit("/", 1)[1]
+    api_lines = [line for line in text.splitlines() if line.startswith("api")]
+    assert any('"GET /ui/sign-in/<redacted> HTTP/1.1" 303' in line for line in api_lines), text
+    assert any('"GET /ui/sign-in/<redacted> HTTP/1.1" 410' in line for line in api_lines), text
+    assert [line for line in text.splitlines() if code in line] == [
+        line for line in text.splitlines() if line.startswith("duetime") and "dashboard.url" in line
+    ]
+
+
+def _sign_in_link(log: str) -> str:
+    match = re.search(r"dashboard\.url url=(\S+)/ui/ sign_in=(\S+)", log)
+    assert match is not None, log
+    assert match.group(2).startswith(f"{match.group(1)}/ui/sign-in/")
+    return match.group(2)
 
 
 def _check_api(api_file: Path, log: str) -> None:
@@ -120,7 +136,7 @@ def _check_api(api_file: Path, log: str) -> None:
     assert api_file.stat().st_mode & 0o777 == 0o600
     access = json.loads(api_file.read_text())
     assert f"api.url url={access['url']} " in log, log
-    assert f"dashboard.url url={access['url']}/ui/ sign_in_token={api_file}:admin_token" in log
+    assert re.search(rf"dashboard\.url url={re.escape(access['url'])}/ui/ sign_in=\S+", log), log
     headers = {"Authorization": f"Bearer {access['admin_token']}"}
     deadline = time.monotonic() + 30
     while True:
@@ -138,11 +154,19 @@ def _check_api(api_file: Path, log: str) -> None:
         timeout=10,
     ).json()
     assert dead["items"] and dead["items"][0]["attempt"] == 3
-    # The printed dashboard URL signs in with the token of api.json and lists the dead run.
-    with httpx.Client(base_url=access["url"], timeout=10, follow_redirects=True) as browser:
-        signed_in = browser.post("/ui/login", data={"token": access["admin_token"]})
+    # The printed link signs in (a client that keeps cookies, like a browser) and the dashboard
+    # lists the dead run; the same link a second time is refused.
+    link = _sign_in_link(log)
+    with httpx.Client(timeout=10, follow_redirects=True) as browser:
+        signed_in = browser.get(link)
         assert signed_in.status_code == 200 and "admin: every tenant" in signed_in.text
+        assert str(signed_in.url) == f"{access['url']}/ui/"
         assert dead["items"][0]["run_id"] in signed_in.text
+        assert browser.get(f"{access['url']}/ui/jobs").status_code == 200
+    with httpx.Client(timeout=10, follow_redirects=True) as other_browser:
+        again = other_browser.get(link)
+        assert again.status_code == 410 and "already used" in again.text
+        assert other_browser.get(f"{access['url']}/ui/", follow_redirects=False).status_code == 303
     detail = httpx.get(
         f"{access['url']}/v1/runs/{dead['items'][0]['run_id']}", headers=headers, timeout=10
     ).json()

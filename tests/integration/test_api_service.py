@@ -1,7 +1,7 @@
 """``duetime service api`` as a process (uvicorn on 127.0.0.1) and ``duetime tokens``.
 
 Tokens must never reach a log: the access log of real requests, with good and bad tokens, is
-read back and searched for them.
+read back and searched for them, and for the code of a one-time sign-in link used twice.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pytest
 
 from duetime.cli.main import main
 from duetime.store import Store
+from duetime.store.sign_in_links import sign_in_links_create
 from duetime.store.tokens import tokens_create
 from duetime_infra.ports import find_free_port
 from tests.fixtures.polling import wait_for
@@ -77,7 +78,9 @@ def test_api_process_serves_and_logs_no_token(database_url: str, tmp_path: Path)
     try:
         with store.tx() as tx:
             tenant_token = tokens_create(tx.conn, tenant="acme")[0].token
-            admin_token = tokens_create(tx.conn, tenant=None)[0].token
+            admin = tokens_create(tx.conn, tenant=None)[0]
+            admin_token = admin.token
+            link_code = sign_in_links_create(tx.conn, admin.token_id).code
     finally:
         store.close()
     # A well-formed token with a known id but the wrong secret: refused, and not logged either.
@@ -118,6 +121,9 @@ def test_api_process_serves_and_logs_no_token(database_url: str, tmp_path: Path)
             assert refused.status_code == 401
             document = client.get("/openapi.json")
             assert document.status_code == 200 and "/v1/jobs" in document.json()["paths"]
+            # The one-time sign-in link, used and then used again: its path is in a URL.
+            assert client.get(f"/ui/sign-in/{link_code}").status_code == 303
+            assert client.get(f"/ui/sign-in/{link_code}?again=1").status_code == 410
     finally:
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=20)
@@ -127,6 +133,10 @@ def test_api_process_serves_and_logs_no_token(database_url: str, tmp_path: Path)
     assert '"POST /v1/jobs HTTP/1.1" 201' in text, text
     assert '"GET /v1/jobs HTTP/1.1" 401' in text, text
     assert f"api.auth_refused token_id={tenant_token.split('_')[1]}" in text, text
+    assert '"GET /ui/sign-in/<redacted> HTTP/1.1" 303' in text, text
+    assert '"GET /ui/sign-in/<redacted> HTTP/1.1" 410' in text, text
+    assert "dashboard.sign_in_link_refused reason=used" in text, text
+    assert link_code not in text
     # ... and holds no token, no secret part of one, no Authorization header.
     for secret in (tenant_token, admin_token, forged):
         assert secret not in text

@@ -27,6 +27,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from duetime.errors import DuetimeError, InvalidInput, NotFound, QuotaExceeded, StoreError
 from duetime.logs import event
 
+from .access_log import redact_path
+
 __all__ = ["ERROR_RESPONSES", "ApiError", "install_error_handlers"]
 
 log = logging.getLogger("duetime.api")
@@ -121,8 +123,16 @@ def install_error_handlers(app: FastAPI) -> None:
         if isinstance(exc, StoreError) and isinstance(exc.__cause__, (DataError, IntegrityError)):
             # PostgreSQL refused the request's data itself (a check, a type): the request is
             # at fault, not the database, and sending it again would fail the same way.
-            event(log, "api.data_refused", logging.WARNING, path=request.url.path, error=exc)
+            event(
+                log,
+                "api.data_refused",
+                logging.WARNING,
+                path=redact_path(request.url.path),
+                error=exc,
+            )
             return _answer(400, f"the database refused the data: {_first_line(exc.__cause__)}")
         # The database or the broker failed: the request was fine, the answer is "try again".
-        event(log, "api.request_failed", logging.ERROR, path=request.url.path, error=exc)
+        event(
+            log, "api.request_failed", logging.ERROR, path=redact_path(request.url.path), error=exc
+        )
         return _answer(503, f"{type(exc).__name__}: try again later")

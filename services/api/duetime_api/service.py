@@ -5,7 +5,7 @@ requests in flight finish for up to ``_GRACEFUL_SHUTDOWN`` seconds; the process 
 like every service (uvicorn's own handling would end it by the signal once it has shut down),
 and the rest of the stop is bounded by ``exit_after``. The access log goes through duetime's log
 format and holds the method, path and status of each request, never a header: the bearer token
-is not logged.
+is not logged, and the code of a one-time sign-in link is cut from its path (``access_log``).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from duetime.lifetime import exit_after
 from duetime.logs import configure_logging, event
 from duetime.store import Store
 
+from .access_log import install_access_log_redaction
 from .app import create_app
 
 __all__ = ["DEFAULT_PORT", "main"]
@@ -61,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     configure_logging("api")
+    install_access_log_redaction()
     settings = load_settings()
     store = Store(
         settings.require_database(),

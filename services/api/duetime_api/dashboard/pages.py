@@ -43,7 +43,7 @@ def login_page(error: str | None = None) -> str:
     body = (
         f"{notice}<p>Sign in with an API token: <code>duetime tokens create --tenant T</code> "
         "prints one, and <code>duetime up</code> writes the admin token to "
-        "<code>&lt;data dir&gt;/api.json</code>.</p>"
+        "<code>&lt;data dir&gt;/api.json</code> (and prints a one-time sign-in link).</p>"
         '<form class="login" method="post" action="/ui/login">'
         '<label for="token">Token</label>'
         '<input id="token" name="token" type="password" autocomplete="off" required '

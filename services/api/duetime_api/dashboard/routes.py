@@ -8,6 +8,7 @@ retry (``runs_retry_dead``), posted by a form with the session's CSRF token.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
@@ -20,10 +21,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy import Connection
 from starlette.concurrency import run_in_threadpool
 
+from duetime.logs import event
 from duetime.schedule import compile_schedule
 from duetime.store import api as views
 from duetime.store import dashboard as dash
 from duetime.store.rows import spec_from_row
+from duetime.store.sign_in_links import SignInRefused, sign_in_links_use
 from duetime.store.tokens import Principal
 
 from ..auth import authenticate, store_of
@@ -39,6 +42,8 @@ from .session import (
 )
 
 __all__ = ["router"]
+
+log = logging.getLogger("duetime.api")
 
 router = APIRouter(include_in_schema=False)
 
@@ -140,6 +145,36 @@ async def login(request: Request) -> Response:
         return _html(pages.login_page("That token is not valid (or was revoked)."), 401)
     response = _redirect(request, "/ui/")
     set_cookie(response, request, token)
+    return response
+
+
+_LINK_REFUSALS = {
+    "unknown": (404, "That sign-in link is not valid."),
+    "used": (410, "That sign-in link was already used: each link signs in once."),
+    "expired": (410, "That sign-in link has expired: a link works for 15 minutes."),
+    "revoked": (410, "The token that sign-in link was made for has been revoked."),
+}
+
+
+@router.get("/ui/sign-in/{code}")
+def sign_in_link(request: Request, code: str) -> Response:
+    """``duetime up``'s one-time link: a new session token of the link's scope in the cookie,
+    then the overview. The cookie is set on this answer and the redirect to ``/ui/`` is a
+    same-origin navigation, so the SameSite=Strict cookie goes with it."""
+    with store_of(request).tx() as tx:
+        outcome = sign_in_links_use(tx.conn, code)
+    if isinstance(outcome, SignInRefused):
+        event(log, "dashboard.sign_in_link_refused", logging.WARNING, reason=outcome.reason)
+        status, message = _LINK_REFUSALS[outcome.reason]
+        return _html(pages.login_page(f"{message} Sign in with a token instead."), status)
+    event(
+        log,
+        "dashboard.signed_in_by_link",
+        token_id=outcome.session.token_id,
+        link_token_id=outcome.link_token_id,
+    )
+    response = _redirect(request, "/ui/")
+    set_cookie(response, request, outcome.session.token)
     return response
 
 

@@ -1,11 +1,13 @@
 """Signing in to the dashboard: the bearer token kept in a cookie, and CSRF protection.
 
-The sign-in form posts a token (from ``duetime tokens create`` or ``api.json``); a valid one is
-set as the cookie ``duetime_token``: ``HttpOnly`` (no script can read it), ``SameSite=Strict``
-(no other site's page or link sends it), ``Path=/ui`` (the REST API never takes it: ``/v1``
-wants the Authorization header) and ``Secure`` when the request came over HTTPS. It is a
-session cookie, gone when the browser closes, and every request checks it against
-``api_tokens`` like a bearer token, so revoking the token ends the session at the next click.
+The sign-in form posts a token (from ``duetime tokens create`` or ``api.json``), or ``duetime
+up``'s one-time link brings a code that becomes a new token (``duetime.store.sign_in_links``);
+a valid one is set as the cookie ``duetime_token``: ``HttpOnly`` (no script can read it),
+``SameSite=Strict`` (no other site's page or link sends it), ``Path=/ui`` (the REST API never
+takes it: ``/v1`` wants the Authorization header) and ``Secure`` when the request came over
+HTTPS. It is a session cookie, gone when the browser closes, and every request checks it
+against ``api_tokens`` like a bearer token, so revoking the token ends the session at the next
+click.
 
 Writes (retry, sign-out) are forms that POST a CSRF token derived from the session's token,
 HMAC-SHA256(token, "duetime-dashboard-csrf"): another site cannot know it, and a request whose
