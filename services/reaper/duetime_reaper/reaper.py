@@ -53,9 +53,7 @@ class Reaper:
         self.producer = producer
         self.catalog = catalog
         self.config = config or ReaperConfig()
-        self.expirer = LeaseExpirer(
-            store, batch_size=self.config.batch_size, on_expired=on_expired
-        )
+        self.expirer = LeaseExpirer(store, batch_size=self.config.batch_size, on_expired=on_expired)
         self.dead_runs = DeadRunPublisher(
             store,
             producer,
