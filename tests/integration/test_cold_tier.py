@@ -1,6 +1,7 @@
 """The cold tier on PostgreSQL (migration 0015, sql/cold.sql): far-future jobs stay out of the due
 index, the planner's loader makes the coming hour hot ahead of time and the planner then plans it
-on time, a loader under a replaced shard token is refused, and the SQL rule is the Python one.
+on time, a loader under a replaced shard token is refused, and the SQL rule is the Python one;
+the loader's statements as one contract for the in-memory twin and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from duetime.store.jobs import jobs_apply
 from duetime_planner.cold import ColdLoader
 from duetime_planner.config import PlannerConfig
 from duetime_planner.planner import Planner
-from tests.fakes.planner_store import FakeProducer
+from duetime_planner.ports import PlannerStore
+from tests.fakes.planner_store import FakePlannerStore, FakeProducer, due_job
 
 pytestmark = pytest.mark.integration
 
@@ -210,3 +212,63 @@ def test_a_loader_under_a_replaced_shard_token_is_refused(store: Store) -> None:
     current = ColdLoader(store, config, "new").load([shard], {shard: 9})
     assert (current.buckets, current.jobs, current.shards_refused) == (1, 1, 0)
     assert _cold(store)["reminder"] is None
+
+
+# The loader's statements, one contract for the planner store's in-memory twin and PostgreSQL, so
+# the unit tests' twin (tests/fakes/planner_store.py) cannot drift from sql/cold.sql.
+
+
+class _ColdContract:
+    def __init__(self, store: PlannerStore, now: datetime, add_cold: Any) -> None:
+        self.store = store
+        self.now = now
+        self.add_cold = add_cold  # job_id, next_run_at -> stores a job written at self.now
+
+
+@pytest.fixture(params=["fake", "postgres"])
+def contract(request: pytest.FixtureRequest) -> Iterator[_ColdContract]:
+    if request.param == "fake":
+        fake = FakePlannerStore()
+
+        def fake_add(job_id: str, at: datetime) -> None:
+            fake.add_job(due_job(job_id, next_run_at=at))
+
+        yield _ColdContract(fake, fake.clock, fake_add)
+        return
+    real = Store(request.getfixturevalue("database_url"), pool_size=2)
+
+    def real_add(job_id: str, at: datetime) -> None:
+        _apply(real, _at(job_id, at))
+
+    try:
+        yield _ColdContract(real, _db_now(real), real_add)
+    finally:
+        real.close()
+
+
+def test_contract_cold_buckets_load_once_and_only_under_the_current_token(
+    contract: _ColdContract,
+) -> None:
+    far = contract.now + timedelta(days=10)
+    contract.add_cold("c-far", far)
+    contract.add_cold("c-soon", contract.now + timedelta(minutes=1))
+    shard = shard_for("c-far")
+    shards = [shard, shard_for("c-soon")]
+    with contract.store.tx() as tx:
+        due = tx.jobs_get_due_batch(ALL_SHARDS, far + timedelta(days=1), 10)
+        assert [j.job_id for j in due] == ["c-soon"]
+        # Listed once the instant given is past the start of its bucket, not before.
+        assert tx.jobs_cold_buckets(shards, bucket_of(far), 10) == []
+        listed = tx.jobs_cold_buckets(shards, bucket_of(far) + timedelta(seconds=1), 10)
+        assert listed == [(bucket_of(far), 1)]
+        others = [s for s in ALL_SHARDS if s != shard]
+        assert tx.jobs_cold_buckets(others, far + timedelta(hours=1), 10) == []
+        tx.shards_claim("new", {shard: 9})
+    with contract.store.tx() as tx:
+        assert tx.jobs_cold_load(bucket_of(far), [shard], {shard: 5}) == 0
+        assert tx.jobs_cold_load(bucket_of(far), [shard], {shard: 9}) == 1
+        assert tx.jobs_cold_load(bucket_of(far), [shard], None) == 0  # loaded
+    with contract.store.tx() as tx:
+        due = tx.jobs_get_due_batch(ALL_SHARDS, far + timedelta(days=1), 10)
+        assert sorted(j.job_id for j in due) == ["c-far", "c-soon"]
+        assert tx.jobs_cold_buckets(ALL_SHARDS, far + timedelta(days=1), 10) == []
