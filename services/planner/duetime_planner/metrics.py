@@ -34,6 +34,14 @@ _ROUND_COUNTERS = {
         "duetime_planner_writes_fenced",
         "Job advances the fence refused inside a planning transaction (etcd mode)",
     ),
+    "cold_buckets_loaded": (
+        "duetime_planner_cold_buckets_loaded",
+        "Cold-tier hour buckets the loader made hot, one transaction each (docs/planner.md)",
+    ),
+    "cold_jobs_loaded": (
+        "duetime_planner_cold_jobs_loaded",
+        "Jobs the cold tier's loader moved into the due index ahead of their hour",
+    ),
 }
 
 
