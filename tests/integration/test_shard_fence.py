@@ -143,9 +143,13 @@ def _fenced_planner(store: Store, shards: set[int], token: int, member: str) -> 
 
 
 def _make_due(store: Store, ago: str) -> None:
+    # Hot again too: a round near the top of the hour advances the jobs into the cold tier
+    # (migration 0015), whose check refuses a next run moved without its bucket.
     with store.engine.begin() as conn:
         conn.execute(
-            text("UPDATE jobs SET next_run_at = now() - CAST(:ago AS interval)"),
+            text(
+                "UPDATE jobs SET next_run_at = now() - CAST(:ago AS interval), cold_bucket = NULL"
+            ),
             {"ago": ago},
         )
 
