@@ -24,7 +24,8 @@ up: $(STAMP)
 
 ## test: the whole test suite on real PostgreSQL, Kafka-protocol broker and etcd
 test: $(STAMP) browser
-	$(RUN) pytest -n 2 --dist loadgroup
+	$(RUN) pytest -n 2 -m "not e2e"
+	$(RUN) pytest -m e2e
 
 ## browser: Debian's chromium for the dashboard's browser test (apt-get; silent when installed)
 browser:
