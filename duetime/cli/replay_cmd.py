@@ -28,7 +28,7 @@ from duetime.bus.topics import TopicCatalog
 from duetime.config import Settings
 from duetime.errors import BusError, InvalidInput
 from duetime.events import RunDead
-from duetime.model import HttpTarget, RunEvent
+from duetime.model import HttpTarget
 from duetime.store.reemit import StoredRun, runs_reemit
 
 from ._store import check_broker, cli_settings, cli_store
@@ -229,20 +229,7 @@ def _event(stored: StoredRun, now: datetime) -> tuple[bytes, bytes, Headers] | N
     if row.target is None:
         return None
     attempt = max(row.attempt, 1)
-    event = RunEvent(
-        run_id=row.run_id,
-        job_id=row.job_id,
-        tenant=row.tenant,
-        scheduled_for=row.scheduled_for,
-        due_at=row.due_at,
-        attempt=attempt,
-        max_attempts=row.max_attempts,
-        target_service=row.target_service,
-        target=row.target,
-        lease=row.lease,
-        heartbeat_interval=row.heartbeat_interval,
-        retry=row.retry,
-    )
+    event = row.event(attempt)
     kind = "http" if isinstance(row.target, HttpTarget) else "kafka"
     headers: Headers = [
         *RUN_EVENTS.headers(),

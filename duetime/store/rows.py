@@ -8,7 +8,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from duetime.model import HeaderValue, HttpTarget, JobDefinition, KafkaTarget, SecretRef, Target
+from duetime.model import (
+    HeaderValue,
+    HttpTarget,
+    JobDefinition,
+    KafkaTarget,
+    RunEvent,
+    SecretRef,
+    Target,
+)
 from duetime.schedule import RetryPolicy, ScheduleSpec
 from duetime.sharding import shard_for
 
@@ -230,6 +238,24 @@ class OutboxRun:
     lease: timedelta
     heartbeat_interval: timedelta
     retry: RetryPolicy
+
+    def event(self, attempt: int) -> RunEvent:
+        """The run event of ``attempt`` of this run (its job's target must be known)."""
+        assert self.target is not None
+        return RunEvent(
+            run_id=self.run_id,
+            job_id=self.job_id,
+            tenant=self.tenant,
+            scheduled_for=self.scheduled_for,
+            due_at=self.due_at,
+            attempt=attempt,
+            max_attempts=self.max_attempts,
+            target_service=self.target_service,
+            target=self.target,
+            lease=self.lease,
+            heartbeat_interval=self.heartbeat_interval,
+            retry=self.retry,
+        )
 
 
 @dataclass(frozen=True)

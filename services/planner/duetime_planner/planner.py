@@ -39,7 +39,7 @@ from duetime.capacity import WindowedRun, epoch_second, place
 from duetime.errors import InvalidInput
 from duetime.flow import TargetLimit
 from duetime.logs import event
-from duetime.model import HttpTarget, RunEvent
+from duetime.model import HttpTarget
 from duetime.planning import JobPlan, PlannedRun, PlanningRate, lookahead_for, plan_jobs
 from duetime.schedule import ScheduleCache
 from duetime.store import NewRun, OccurrenceGap, flow
@@ -555,20 +555,7 @@ class Planner:
     ) -> None:
         assert row.target is not None
         attempt = row.attempt + 1
-        run = RunEvent(
-            run_id=row.run_id,
-            job_id=row.job_id,
-            tenant=row.tenant,
-            scheduled_for=row.scheduled_for,
-            due_at=row.due_at,
-            attempt=attempt,
-            max_attempts=row.max_attempts,
-            target_service=row.target_service,
-            target=row.target,
-            lease=row.lease,
-            heartbeat_interval=row.heartbeat_interval,
-            retry=row.retry,
-        )
+        run = row.event(attempt)
         kind = "http" if isinstance(row.target, HttpTarget) else "kafka"
         tracker.produce(
             (row.run_id, row.scheduled_for),
