@@ -16,8 +16,10 @@ from pathlib import Path
 
 from duetime.cold_tier import DEFAULT_HOT_HORIZON, validate_hot_horizon
 from duetime.errors import ConfigError
+from duetime.shard_map import ShardMap
 
 __all__ = [
+    "SHARD_MAP_KEY",
     "STACK_ENV_FILE",
     "Settings",
     "default_data_dir",
@@ -28,6 +30,7 @@ __all__ = [
 
 STACK_ENV_FILE = "stack.env"
 _KEYS = ("DUETIME_DATABASE_URL", "DUETIME_KAFKA_BOOTSTRAP", "DUETIME_ETCD_ENDPOINTS")
+SHARD_MAP_KEY = "DUETIME_SHARD_MAP"
 _CLIENT_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
@@ -48,6 +51,14 @@ class Settings:
     # Jobs whose next run lies beyond this are kept in the cold tier (docs/planner.md); every
     # process that writes jobs (planner, API, CLI) reads it (DUETIME_HOT_HORIZON, seconds).
     hot_horizon: timedelta = DEFAULT_HOT_HORIZON
+    # Several PostgreSQL clusters (duetime/shard_map.py): None = every shard in database_url.
+    shard_map: ShardMap | None = None
+
+    def clusters(self) -> ShardMap:
+        """Where each shard lives: the configured map, or every shard in the one database."""
+        if self.shard_map is not None:
+            return self.shard_map
+        return ShardMap.single(self.require_database())
 
     def require_database(self) -> str:
         if not self.database_url:
@@ -112,9 +123,21 @@ def load_settings(data_dir: Path | None = None, env: dict[str, str] | None = Non
             "DUETIME_KAFKA_CLIENT_ID must be 1 to 249 of the characters A-Z a-z 0-9 . _ -, "
             f"not {client_id!r}"
         )
+    database_url = pick(_KEYS[0])
+    shard_map = None
+    if raw_map := pick(SHARD_MAP_KEY):
+        shard_map = ShardMap.parse(raw_map)
+        if not database_url:
+            database_url = shard_map.home_url
+        elif database_url != shard_map.home_url:
+            raise ConfigError(
+                "DUETIME_DATABASE_URL must be the cluster of shard 0 in DUETIME_SHARD_MAP "
+                "(the home cluster), or be left unset"
+            )
     return Settings(
         hot_horizon=_hot_horizon(environ.get("DUETIME_HOT_HORIZON", "")),
-        database_url=pick(_KEYS[0]),
+        database_url=database_url,
+        shard_map=shard_map,
         kafka_bootstrap=pick(_KEYS[1]),
         etcd_endpoints=pick(_KEYS[2]),
         topic_prefix=environ.get("DUETIME_TOPIC_PREFIX", "duetime."),
