@@ -31,6 +31,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import TypeVar
 
 from duetime.errors import NotFound, QuotaExceeded
@@ -39,9 +40,10 @@ from duetime.model import JobDefinition
 from duetime.planning import initial_next_run_at
 from duetime.schedule import ScheduleCache, ScheduleSpec
 
+from .clusters import ClusterStores
 from .rows import iso_or_none, job_record, spec_from_row
 from .store import StoredJob, Tx
-from .tenants import TenantQuota, quotas_lock
+from .tenants import TenantQuota, jobs_per_tenant, quota_limits_lock, quotas_lock
 
 __all__ = [
     "CHUNK_SIZE",
@@ -49,6 +51,7 @@ __all__ = [
     "JobWrite",
     "QuotaRefusal",
     "jobs_apply",
+    "jobs_apply_clusters",
     "jobs_set_paused",
     "resolve_batch",
 ]
@@ -223,17 +226,87 @@ def jobs_apply(
         stored.update(tx.jobs_get_versions(chunk))
     plan = resolve_batch(items, stored, quotas)
     if plan.refusals and not partial:
-        first = plan.refusals[0]
-        raise QuotaExceeded(
-            f"jobs[{first.index}].tenant",
-            tenant=first.tenant,
-            max_jobs=first.max_jobs,
-            jobs=quotas[first.tenant].jobs,
-            adds=plan.adds[first.tenant],
-        )
+        raise _over_quota(plan, quotas)
+    removed, written = _write_plan(tx, plan.deletes, plan.upserts, cache, now)
+    return _reconcile(plan, removed, written)
+
+
+def jobs_apply_clusters(
+    clusters: ClusterStores,
+    items: Sequence[JobDefinition | JobTombstone],
+    cache: ScheduleCache | None = None,
+    *,
+    partial: bool = False,
+) -> list[JobWrite]:
+    """``jobs_apply`` over the clusters of a shard map: each job is written to its shard's cluster.
+
+    With one cluster this is ``jobs_apply`` in one transaction. With several, the batch is resolved
+    as a whole (results in item order, as ``jobs_apply`` gives them) and written as one
+    transaction per cluster. Tenant quotas stay exact: the quota rows are locked in the home
+    cluster for the whole write, so writers adding to one tenant take turns, and each tenant's
+    jobs are counted on every cluster after the lock was granted.
+
+    A batch spanning clusters is not atomic across them: when one cluster's transaction fails,
+    the parts already committed on others stay (the error is raised). Applying the same batch
+    again is harmless: versions decide, and what is already stored comes back ``unchanged``.
+    """
+    cache = cache or ScheduleCache()
+    if len(clusters) == 1:
+        with clusters.home.tx() as tx:
+            return jobs_apply(tx, items, cache, partial=partial)
+    shard_map = clusters.shard_map
+    tenants = {i.tenant for i in items if isinstance(i, JobDefinition)}
+    with clusters.home.tx() as home:
+        limits = quota_limits_lock(home.conn, tenants)
+        counts: Counter[str] = Counter()
+        stored: dict[str, StoredJob] = {}
+        job_ids = list(dict.fromkeys(item.job_id for item in items))
+        for store, ids in clusters.split(job_ids, str):
+            with store.tx() as tx:
+                counts.update(jobs_per_tenant(tx.conn, limits))
+                for chunk in _chunks(ids):
+                    stored.update(tx.jobs_get_versions(chunk))
+        quotas = {t: TenantQuota(limit, counts[t]) for t, limit in limits.items()}
+        plan = resolve_batch(items, stored, quotas)
+        if plan.refusals and not partial:
+            raise _over_quota(plan, quotas)
+        deletes = shard_map.split(plan.deletes, lambda d: d[0])
+        upserts = shard_map.split(plan.upserts, lambda u: u[0].job_id)
+        removed: set[str] = set()
+        written: set[str] = set()
+        for index in sorted(set(deletes) | set(upserts)):
+            with clusters.stores[index].tx() as tx:
+                gone, put = _write_plan(
+                    tx, deletes.get(index, []), upserts.get(index, []), cache, tx.db_now()
+                )
+            removed |= gone
+            written |= put
+    return _reconcile(plan, removed, written)
+
+
+def _over_quota(plan: BatchPlan, quotas: Mapping[str, TenantQuota]) -> QuotaExceeded:
+    """The error for a job file the quota refuses: its first refused item."""
+    first = plan.refusals[0]
+    return QuotaExceeded(
+        f"jobs[{first.index}].tenant",
+        tenant=first.tenant,
+        max_jobs=first.max_jobs,
+        jobs=quotas[first.tenant].jobs,
+        adds=plan.adds[first.tenant],
+    )
+
+
+def _write_plan(
+    tx: Tx,
+    deletes: Sequence[tuple[str, int]],
+    upserts: Sequence[tuple[JobDefinition, int]],
+    cache: ScheduleCache,
+    now: datetime,
+) -> tuple[set[str], set[str]]:
+    """Delete and upsert what a resolved plan says, inside ``tx``; (removed, written) job ids."""
     removed: set[str] = set()
-    for deletes in _chunks(plan.deletes):
-        removed |= tx.jobs_delete_many(deletes)
+    for chunk in _chunks(deletes):
+        removed |= tx.jobs_delete_many(chunk)
     # next_run_at once per distinct schedule (a file of 100k midnight jobs has a few specs),
     # kept rendered as the ISO text the statement's JSON carries.
     next_runs: dict[ScheduleSpec, str | None] = {}
@@ -242,9 +315,9 @@ def jobs_apply(
     # connection used by one thread at a time): on two cores this hides most statement time.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobs-apply") as writer:
         pending: Future[set[str]] | None = None
-        for upserts in _chunks(plan.upserts):
+        for part in _chunks(upserts):
             records = []
-            for job, version in upserts:
+            for job, version in part:
                 spec = job.schedule
                 if spec not in next_runs:
                     next_runs[spec] = iso_or_none(initial_next_run_at(cache.get(spec), now))
@@ -257,7 +330,7 @@ def jobs_apply(
         if pending is not None:
             written |= pending.result()
     refresh_statistics(tx, len(written) + len(removed))
-    return _reconcile(plan, removed, written)
+    return removed, written
 
 
 def refresh_statistics(tx: Tx, changed: int) -> bool:

@@ -16,7 +16,15 @@ from sqlalchemy import Connection
 
 from .queries import query
 
-__all__ = ["TenantOverview", "TenantQuota", "overview", "quotas_lock", "set_tenant"]
+__all__ = [
+    "TenantOverview",
+    "TenantQuota",
+    "jobs_per_tenant",
+    "overview",
+    "quota_limits_lock",
+    "quotas_lock",
+    "set_tenant",
+]
 
 
 @dataclass(frozen=True)
@@ -41,20 +49,33 @@ def quotas_lock(conn: Connection, tenants: Iterable[str]) -> dict[str, TenantQuo
     Two statements on purpose: a count in the locking statement would read the snapshot taken
     before the lock was granted and miss the jobs its previous holder committed.
     """
+    limits = quota_limits_lock(conn, tenants)
+    if not limits:
+        return {}
+    counts = jobs_per_tenant(conn, limits)
+    return {t: TenantQuota(limit, counts.get(t, 0)) for t, limit in limits.items()}
+
+
+def quota_limits_lock(conn: Connection, tenants: Iterable[str]) -> dict[str, int]:
+    """Lock the rows of ``tenants`` that have a quota (home cluster); their ``max_jobs``."""
     names = sorted(set(tenants))
     if not names:
         return {}
-    limits = {
+    return {
         r.tenant: int(r.max_jobs)
         for r in conn.execute(query("tenants_lock_quotas"), {"tenants": names})
     }
-    if not limits:
+
+
+def jobs_per_tenant(conn: Connection, tenants: Iterable[str]) -> dict[str, int]:
+    """How many jobs each of ``tenants`` has in this database (one cluster's share)."""
+    names = sorted(set(tenants))
+    if not names:
         return {}
-    counts = {
+    return {
         r.tenant: int(r.jobs)
-        for r in conn.execute(query("jobs_count_by_tenant"), {"tenants": sorted(limits)})
+        for r in conn.execute(query("jobs_count_by_tenant"), {"tenants": names})
     }
-    return {t: TenantQuota(limit, counts.get(t, 0)) for t, limit in limits.items()}
 
 
 def set_tenant(
