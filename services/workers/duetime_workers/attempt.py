@@ -12,9 +12,11 @@
 
 Claims and completions go through ``StatementBatcher``s, so every attempt in flight in this
 process shares one statement per batch with the others; leases are renewed for all attempts at
-once by the ``LeaseRenewer``. The lease token is generated here, once per attempt: a claim or a
-completion retried after a lost reply carries the same token, and the database recognises its own
-earlier effect instead of burning the attempt.
+once by the ``LeaseRenewer``. With several PostgreSQL clusters each cluster has its own batchers
+and renewer (a ``StoreLane``), and an attempt uses the lane of its job's cluster. The lease token
+is generated here, once per attempt: a claim or a completion retried after a lost reply carries
+the same token, and the database recognises its own earlier effect instead of burning the
+attempt.
 
 Every database call has a client-side deadline (``BlockingCalls``). The claim is retried through
 database errors for ``claim_give_up``; after that the record is committed past anyway, because
@@ -43,7 +45,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -54,15 +56,15 @@ from duetime.model import RunEvent
 from duetime.schedule import retry_delay
 from duetime.store import AttemptEnd, Claim, ClaimRequest
 
-from .batcher import StatementBatcher
 from .blocking import BlockingCalls
 from .config import WorkerConfig
 from .decision import Completion, decide, hand_back
+from .lanes import ClusterRunStores, StoreLane, build_lanes
 from .logs import event
 from .metrics import WorkerMetrics
 from .outcome import AttemptOutcome, retryable
 from .ports import RunEvents, RunStore, TargetExecutor
-from .renewer import HeldLease, LeaseRenewer
+from .renewer import HeldLease
 
 __all__ = ["AttemptReport", "AttemptRunner", "AttemptStatus", "default_backoff"]
 
@@ -128,7 +130,7 @@ class AttemptRunner:
         self,
         *,
         config: WorkerConfig,
-        store: RunStore,
+        store: RunStore | ClusterRunStores,
         events: RunEvents,
         targets: TargetExecutor,
         calls: BlockingCalls,
@@ -139,7 +141,6 @@ class AttemptRunner:
         metrics: WorkerMetrics | None = None,
     ) -> None:
         self._config = config
-        self._store = store
         self._events = events
         self._targets = targets
         self._calls = calls
@@ -149,35 +150,43 @@ class AttemptRunner:
         self._backoff = backoff
         # One future shared by every attempt (waiting on it costs no task per attempt).
         self._handing_back: asyncio.Future[None] | None = None
-        worker = config.worker_id
         timeout = config.db_call_timeout.total_seconds()
 
-        def claim(requests: Sequence[ClaimRequest]) -> list[Claim | None]:
-            claims = store.runs_claim_batch(worker, requests)
-            if metrics is not None:
-                metrics.count_claims(len(claims))  # per statement, never per run
-            return _claim_results(claims, requests)
+        def lane(cluster_store: RunStore) -> StoreLane:
+            return StoreLane(
+                cluster_store,
+                worker=config.worker_id,
+                events=events,
+                calls=calls,
+                timeout=timeout,
+                monotonic=monotonic,
+                now=now,
+                metrics=metrics,
+            )
 
-        def complete(ends: Sequence[AttemptEnd]) -> list[bool]:
-            results = _end_results(store.runs_complete_batch(worker, ends), ends)
-            if metrics is not None:
-                metrics.count_ends(ends, results)  # per statement, never per run
-            return results
+        # lanes[i] serves cluster i; _cluster_of is None with one cluster (nothing to route).
+        self.lanes, self._cluster_of = build_lanes(store, lane)
 
-        self.claims: StatementBatcher[ClaimRequest, Claim | None] = StatementBatcher(
-            claim, calls, timeout=timeout
-        )
-        self.completions: StatementBatcher[AttemptEnd, bool] = StatementBatcher(
-            complete, calls, timeout=timeout
-        )
-        self.leases = LeaseRenewer(
-            store=store, events=events, calls=calls, worker=worker, monotonic=monotonic, now=now
-        )
+    def _lane(self, run: RunEvent) -> StoreLane:
+        if self._cluster_of is None:
+            return self.lanes[0]
+        return self.lanes[self._cluster_of(run.job_id)]
+
+    @property
+    def leases_held(self) -> int:
+        return sum(lane.leases.held for lane in self.lanes)
+
+    def statements(self) -> dict[str, int]:
+        """Statements sent so far, by kind (the ``worker.stats`` line)."""
+        return {
+            "claim_statements": sum(lane.claims.statements for lane in self.lanes),
+            "completion_statements": sum(lane.completions.statements for lane in self.lanes),
+            "renewal_statements": sum(lane.leases.rounds for lane in self.lanes),
+        }
 
     def start(self) -> None:
-        self.claims.start()
-        self.completions.start()
-        self.leases.start()
+        for lane in self.lanes:
+            lane.start()
 
     def hand_back(self) -> None:
         """Stop every attempt that is executing and hand its run back (retried at once)."""
@@ -191,41 +200,47 @@ class AttemptRunner:
         return self._handing_back
 
     async def stop(self) -> None:
-        await self.leases.stop()
-        await self.claims.stop()
-        await self.completions.stop()
+        for lane in self.lanes:
+            await lane.stop()
 
     async def run(
         self, run: RunEvent, released_at: datetime | None = None, throttled_ms: int | None = None
     ) -> AttemptReport:
         """One attempt of ``run``: claim, execute under the lease, complete. ``released_at`` and
         ``throttled_ms`` are the dispatcher's stamps on the record, recorded by the claim."""
-        claimed = await self._claim(run, released_at, throttled_ms)
+        lane = self._lane(run)
+        claimed = await self._claim(lane, run, released_at, throttled_ms)
         if isinstance(claimed, AttemptReport):
             return claimed
         claim, sent_at = claimed
         ctx = _context(run, claim.attempt)
         event("run.claimed", logging.DEBUG, **ctx, target_service=run.target_service)
-        lease = self.leases.hold(run, claim, sent_at)
+        lease = lane.leases.hold(run, claim, sent_at)
         try:
             outcome = await self._execute_leased(run, claim, lease)
         finally:
             # Renewals stop with the execution: a completion that cannot reach the database
             # is retried only until the lease runs out, then the reaper takes over.
-            self.leases.release(lease)
+            lane.leases.release(lease)
         if outcome == "lost":
             self._announce(run, claim, "fenced", UNKNOWN_STATE, "lease lost")
             return AttemptReport("lease_lost")
         if outcome == "handed_back":
-            return await self._finish(run, claim, lease, hand_back(claim.attempt, run.max_attempts))
+            return await self._finish(
+                lane, run, claim, lease, hand_back(claim.attempt, run.max_attempts)
+            )
         completion = decide(
             outcome, claim.attempt, run.max_attempts, self._backoff(run, claim.attempt)
         )
-        return await self._finish(run, claim, lease, completion)
+        return await self._finish(lane, run, claim, lease, completion)
 
     # claim --------------------------------------------------------------------------------
     async def _claim(
-        self, run: RunEvent, released_at: datetime | None, throttled_ms: int | None
+        self,
+        lane: StoreLane,
+        run: RunEvent,
+        released_at: datetime | None,
+        throttled_ms: int | None,
     ) -> tuple[Claim, float] | AttemptReport:
         """The claim and the monotonic time its statement was sent, or why there is none."""
         ctx = _context(run)
@@ -245,7 +260,7 @@ class AttemptRunner:
         while True:
             sent_at = self._monotonic()
             try:
-                claim = await self.claims.submit(request)
+                claim = await lane.claims.submit(request)
             except (StoreError, TimeoutError) as exc:
                 event("run.claim_error", logging.WARNING, **ctx, error=_describe(exc))
             else:
@@ -305,7 +320,12 @@ class AttemptRunner:
 
     # complete -----------------------------------------------------------------------------
     async def _finish(
-        self, run: RunEvent, claim: Claim, lease: HeldLease, completion: Completion
+        self,
+        lane: StoreLane,
+        run: RunEvent,
+        claim: Claim,
+        lease: HeldLease,
+        completion: Completion,
     ) -> AttemptReport:
         ctx = _context(run, claim.attempt)
         if completion.outcome == "failed":
@@ -316,7 +336,7 @@ class AttemptRunner:
                 error=completion.error,
                 status_code=completion.status_code,
             )
-        accepted = await self._complete(run, claim, lease, completion)
+        accepted = await self._complete(lane, lease, completion)
         if accepted is None:
             event("run.completion_failed", logging.ERROR, **ctx, state=completion.state)
             return AttemptReport("completion_failed")
@@ -364,9 +384,10 @@ class AttemptRunner:
         return AttemptReport("dead")
 
     async def _complete(
-        self, run: RunEvent, claim: Claim, lease: HeldLease, completion: Completion
+        self, lane: StoreLane, lease: HeldLease, completion: Completion
     ) -> bool | None:
         """True = accepted, False = fenced, None = never reached the database."""
+        run, claim = lease.run, lease.claim
         end = AttemptEnd(
             run_id=run.run_id,
             scheduled_for=run.scheduled_for,
@@ -382,7 +403,7 @@ class AttemptRunner:
         pause = _COMPLETE_RETRY_FIRST
         while True:
             try:
-                return await self.completions.submit(end)
+                return await lane.completions.submit(end)
             except (StoreError, TimeoutError) as exc:
                 event(
                     "run.completion_error",
@@ -424,16 +445,6 @@ class AttemptRunner:
                 status_code=status_code,
             )
         )
-
-
-def _claim_results(
-    claims: dict[uuid.UUID, Claim], requests: Sequence[ClaimRequest]
-) -> list[Claim | None]:
-    return [claims.get(request.lease_token) for request in requests]
-
-
-def _end_results(accepted: set[uuid.UUID], ends: Sequence[AttemptEnd]) -> list[bool]:
-    return [end.lease_token in accepted for end in ends]
 
 
 def _describe(exc: BaseException) -> str:

@@ -36,7 +36,7 @@ from confluent_kafka import Consumer
 from duetime.bus.kafka import consumer_config, create_topics, make_producer
 from duetime.bus.topics import TopicCatalog, TopicSpec
 from duetime.config import Settings
-from duetime.store import Store
+from duetime.store.clusters import ClusterStores
 
 from .announce import BusEvents
 from .attempt import AttemptReport, AttemptRunner
@@ -45,6 +45,7 @@ from .config import WorkerConfig
 from .consumer import Fetched, ReadyConsumer, Slots
 from .http_target import HttpExecutor
 from .kafka_target import KafkaExecutor
+from .lanes import ClusterRunStores
 from .logs import event
 from .metrics import WorkerMetrics
 from .offsets import OffsetTracker
@@ -117,22 +118,27 @@ class WorkerService:
         )
         await asyncio.to_thread(create_topics, self.settings, self._topics())
         # A handful of statements in flight at a time (claims, completions, renewals), with room
-        # for calls stuck on a dead connection until libpq's keepalives end them.
-        store = Store(
-            self.settings.require_database(),
+        # for calls stuck on a dead connection until libpq's keepalives end them; per cluster.
+        clusters = ClusterStores(
+            self.settings.clusters(),
             pool_size=_DB_POOL,
             application_name=f"duetime-worker:{self.config.worker_id}"[:63],
         )
         producer = AsyncProducer(make_producer(self.settings))
         producer.start()
-        calls = BlockingCalls(max_workers=_DB_POOL * 2)
+        calls = BlockingCalls(max_workers=_DB_POOL * 2 * len(clusters))
         client = make_http_client(
             allow_private=self.config.allow_private_targets,
             max_connections=self.config.concurrency,
         )
         runner = AttemptRunner(
             config=self.config,
-            store=store,
+            # One cluster: the plain Store, no routing at all.
+            store=(
+                clusters.stores[0]
+                if len(clusters) == 1
+                else ClusterRunStores(clusters.stores, clusters.shard_map.cluster_of_job)
+            ),
             events=BusEvents(producer, self.catalog),
             targets=Targets(
                 HttpExecutor(client, self.config.user_agent, secrets=secrets),
@@ -180,7 +186,7 @@ class WorkerService:
             await client.aclose()
             unsent = await asyncio.to_thread(producer.close, _FLUSH_TIMEOUT)
             calls.shutdown()
-            store.close()
+            clusters.close()
             event("worker.stopped", unsent_events=unsent, **dict(self.stats))
         return 1 if self._failed else 0
 
@@ -263,10 +269,8 @@ class WorkerService:
                 event(
                     "worker.stats",
                     in_flight=len(self._tasks),
-                    leases=runner.leases.held,
-                    claim_statements=runner.claims.statements,
-                    completion_statements=runner.completions.statements,
-                    renewal_statements=runner.leases.rounds,
+                    leases=runner.leases_held,
+                    **runner.statements(),
                     **dict(delta),
                 )
 
