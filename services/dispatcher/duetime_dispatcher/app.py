@@ -51,7 +51,7 @@ from duetime.bus.topics import TopicCatalog
 from duetime.config import Settings
 from duetime.errors import CodecError, StoreError
 from duetime.logs import event as log_event
-from duetime.store import Store
+from duetime.store.clusters import ClusterStores
 
 from .backpressure import Gate, IntakeGate
 from .clock_offset import ClockOffset
@@ -60,7 +60,7 @@ from .fast_path import plan_emission
 from .holding import Holding, Outcome, Release, Source
 from .metrics import lateness_histogram
 from .publisher import ReadyPublisher
-from .recorder import DispatcherStore, EmittedRecorder
+from .recorder import DispatcherStore, EmittedRecorder, RunClusters
 from .routing import Routed, route_record
 from .throttle import Throttle
 
@@ -101,8 +101,9 @@ class Dispatcher:
         config: batching, sleeping and de-duplication knobs.
         clock: this host's wall clock; due instants are judged by it minus the estimated
             offset from the database clock.
-        store: where the Kafka fast path records its successes; by default a ``Store`` on
-            ``settings.database_url`` (required).
+        store: where the Kafka fast path records its successes and flow control keeps its
+            tables; by default the stores of ``settings.clusters()``: the home cluster for flow
+            control and the clock, each run's cluster for its row.
         registry: where the lateness histogram is registered (the service passes the process's
             registry; by default it is kept unregistered, for tests and embedding).
     """
@@ -142,16 +143,20 @@ class Dispatcher:
         self.publisher: ReadyPublisher[Any] = ReadyPublisher.from_settings(
             settings, self.catalog.ready, self.config.publish_timeout.total_seconds()
         )
-        self._store: Store | None = None
+        self._clusters: ClusterStores | None = None
+        clusters: RunClusters | None = None
         if store is None:
-            store = self._store = Store(
-                settings.require_database(), pool_size=2, application_name="duetime-dispatcher"
+            self._clusters = ClusterStores(
+                settings.clusters(), pool_size=2, application_name="duetime-dispatcher"
             )
+            store = self._clusters.home
+            clusters = self._clusters if len(self._clusters) > 1 else None
         self.recorder: EmittedRecorder[Any] = EmittedRecorder(
             store,
             Producer(producer_config(settings, **{"linger.ms": 20})),
             self.catalog.results,
             f"dispatcher:{socket.gethostname()}-{os.getpid()}",
+            clusters=clusters,
         )
         self.emit_skipped = 0  # Kafka targets sent to runs.ready instead (refused, undecodable)
         self.throttle: Throttle[Any] = Throttle()
@@ -619,8 +624,8 @@ class Dispatcher:
         await self.publisher.close()
         await self.record_emitted()
         self.recorder.close(self.config.publish_timeout)
-        if self._store is not None:
-            self._store.close()
+        if self._clusters is not None:
+            self._clusters.close()
         self._log_thread.shutdown(wait=True)
         self.log_stats("dispatcher.stopped")
 

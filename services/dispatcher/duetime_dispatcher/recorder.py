@@ -11,6 +11,11 @@ Only once its row is written may the source record be acked: a crash between the
 write re-delivers the due record and the run is emitted again, with the same idempotency key
 (``run_id:attempt``). At-least-once, never exactly-once. A write that fails is retried after
 ``retry_interval``; until then the records stay unacked.
+
+With several PostgreSQL clusters (``DUETIME_SHARD_MAP``) a run's row is in the cluster of its
+job's shard: a flush writes each cluster's part of the buffer with that cluster's statements
+(``clusters``), and a cluster that fails keeps only its own part buffered and unacked. The
+flow-control tables and the clock probe stay with ``store``, the home cluster.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -36,7 +41,7 @@ from duetime.store.flow import GrantRequest
 from .fast_path import Emission
 from .holding import Release
 
-__all__ = ["DispatcherStore", "EmittedRecorder"]
+__all__ = ["DispatcherStore", "EmittedRecorder", "RunClusters"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -64,6 +69,16 @@ class DispatcherStore(Protocol):
     def targets_report_waiting(self, dispatcher: str, waiting: Mapping[str, int]) -> None: ...
 
 
+class RunClusters(Protocol):
+    """The clusters runs live in (``duetime.store.clusters.ClusterStores``)."""
+
+    def split(
+        self, items: Iterable[T], job_id: Callable[[T], str]
+    ) -> Sequence[tuple[DispatcherStore, list[T]]]:
+        """``items`` as (store, the items of its cluster) pairs, by each item's job id."""
+        ...
+
+
 @dataclass(eq=False, slots=True)
 class _Done(Generic[T]):  # not frozen: one per emitted run, and frozen __init__ is slow
     release: Release[T]
@@ -87,11 +102,13 @@ class EmittedRecorder(Generic[T]):
     """Buffers emitted runs; :meth:`flush` writes them and returns the releases to settle.
 
     Args:
-        store: where ``runs_emitted`` runs.
+        store: the home cluster: the flow-control tables, the database clock, and with one
+            cluster ``runs_emitted`` too.
         results: a producer for ``runs.results`` (fire and forget: the database is authoritative).
         results_topic: the ``runs.results`` topic.
         worker_id: what the run rows name as their worker (``dispatcher:<host>-<pid>``).
         chunk: the most rows per statement.
+        clusters: with several clusters, where each run's ``runs_emitted`` goes (None: ``store``).
     """
 
     def __init__(
@@ -102,8 +119,10 @@ class EmittedRecorder(Generic[T]):
         worker_id: str,
         *,
         chunk: int = 5000,
+        clusters: RunClusters | None = None,
     ) -> None:
         self._store = store
+        self._clusters = clusters
         self._results = results
         self._results_topic = results_topic
         self.worker_id = worker_id
@@ -132,20 +151,20 @@ class EmittedRecorder(Generic[T]):
             return []
         batch, self._pending = self._pending, []
         loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(self._db, self._write, batch)
-        except StoreError as exc:
-            self.write_failures += 1
-            self._pending[:0] = batch
-            log_event(
-                log,
-                "runs.emitted_write_failed",
-                logging.WARNING,
-                count=len(batch),
-                reason=str(exc),
-            )
-            return []
-        return [done.release for done in batch]
+        unwritten, error = await loop.run_in_executor(self._db, self._write, batch)
+        if not unwritten:
+            return [done.release for done in batch]
+        self.write_failures += 1
+        self._pending[:0] = unwritten
+        log_event(
+            log,
+            "runs.emitted_write_failed",
+            logging.WARNING,
+            count=len(unwritten),
+            reason=str(error),
+        )
+        kept = set(unwritten)
+        return [done.release for done in batch if done not in kept]
 
     async def on_db(self, call: Callable[[DispatcherStore], R]) -> R:
         """Run ``call(store)`` on the database thread (one at a time with the writes)."""
@@ -183,11 +202,29 @@ class EmittedRecorder(Generic[T]):
         self._results_due = []
         self._results.flush(timeout.total_seconds())
 
-    def _write(self, batch: Sequence[_Done[T]]) -> None:
-        """On the database thread: one statement per chunk, then the result records."""
+    def _write(self, batch: Sequence[_Done[T]]) -> tuple[list[_Done[T]], StoreError | None]:
+        """On the database thread, each cluster's part in its own statements; returns what
+        could not be written (the parts of the clusters that failed) and the last error."""
+        parts: Sequence[tuple[DispatcherStore, Sequence[_Done[T]]]]
+        if self._clusters is None:
+            parts = [(self._store, batch)]
+        else:
+            parts = self._clusters.split(batch, lambda done: done.emission.run.job_id)
+        unwritten: list[_Done[T]] = []
+        error: StoreError | None = None
+        for store, part in parts:
+            try:
+                self._write_part(store, part)
+            except StoreError as exc:  # this cluster's part stays buffered; the others go on
+                unwritten.extend(part)
+                error = exc
+        return unwritten, error
+
+    def _write_part(self, store: DispatcherStore, batch: Sequence[_Done[T]]) -> None:
+        """One statement per chunk, then the result records of the chunk are due."""
         for start in range(0, len(batch), self._chunk):
             chunk = batch[start : start + self._chunk]
-            recorded = self._store.runs_emitted(self.worker_id, [done.row() for done in chunk])
+            recorded = store.runs_emitted(self.worker_id, [done.row() for done in chunk])
             self.recorded += len(recorded)
             self.already_handled += len(chunk) - len(recorded)
             for done in chunk:
