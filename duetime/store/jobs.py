@@ -261,10 +261,11 @@ def jobs_apply_clusters(
         counts: Counter[str] = Counter()
         stored: dict[str, StoredJob] = {}
         job_ids = list(dict.fromkeys(item.job_id for item in items))
-        for store, ids in clusters.split(job_ids, str):
+        ids_of = dict(clusters.split(job_ids, str))
+        for store in clusters:  # every cluster: a tenant's jobs may be on any of them
             with store.tx() as tx:
                 counts.update(jobs_per_tenant(tx.conn, limits))
-                for chunk in _chunks(ids):
+                for chunk in _chunks(ids_of.get(store, [])):
                     stored.update(tx.jobs_get_versions(chunk))
         quotas = {t: TenantQuota(limit, counts[t]) for t, limit in limits.items()}
         plan = resolve_batch(items, stored, quotas)
