@@ -25,7 +25,9 @@ from duetime.config import Settings
 from duetime.errors import StoreError
 from duetime.jobdef import parse_job
 from duetime.model import KafkaTarget
+from duetime.shard_map import ShardMap
 from duetime.store import Store
+from duetime.store.clusters import ClusterStores
 from duetime_planner.ingest import IngestStats, JobIngest
 
 pytestmark = pytest.mark.integration
@@ -53,6 +55,13 @@ def _produce(producer: Producer, catalog: TopicCatalog, jobs: list[Any]) -> None
             headers=JOB_DEFINITIONS.headers(),
         )
     producer.flush(10)
+
+
+def _ingest(settings: Settings, producer: Producer, catalog: TopicCatalog) -> JobIngest:
+    """The ingest of the planner-ingest group on this test's one database (one cluster)."""
+    consumer = Consumer(consumer_config(settings, f"{settings.topic_prefix}planner-ingest"))
+    clusters = ClusterStores(ShardMap.single(settings.require_database()), pool_size=2)
+    return JobIngest(clusters, consumer, producer, catalog)
 
 
 def _ingest_until(ingest: JobIngest, records: int) -> IngestStats:
@@ -91,11 +100,10 @@ def test_a_record_postgresql_refuses_is_rejected_alone_and_the_batch_is_stored(
     nul = _job("nul")
     nul = replace(nul, target=KafkaTarget(topic="events", value='{"a": "\x00"}', key=None))
     _produce(producer, catalog, [_job("before"), nul, _job("after")])
-    consumer = Consumer(consumer_config(settings, f"{settings.topic_prefix}planner-ingest"))
-    ingest = JobIngest(store, consumer, producer, catalog)
+    ingest = _ingest(settings, producer, catalog)
     assert _ingest_until(ingest, 3) == IngestStats(accepted=2, rejected=1)
     assert ingest.run_once(timeout=0.5) == IngestStats()  # and the offsets moved past all three
-    consumer.close()
+    ingest.consumer.close()
     assert _stored(store) == ["after", "before"]
     (rejected,) = _rejections(settings, catalog, 1)
     assert rejected.key == b"nul" and rejected.source_offset == 1
@@ -114,9 +122,7 @@ def test_a_batch_the_database_fails_to_store_is_read_again_not_lost(
     # nothing to do with the records.
     with store.engine.begin() as conn:
         conn.execute(text(f'ALTER DATABASE "{database}" SET default_transaction_read_only = on'))
-    store.engine.dispose()
-    consumer = Consumer(consumer_config(settings, f"{settings.topic_prefix}planner-ingest"))
-    ingest = JobIngest(store, consumer, producer, catalog)
+    ingest = _ingest(settings, producer, catalog)
     failures = 0
     deadline = datetime.now(UTC) + timedelta(seconds=20)
     while failures < 2 and datetime.now(UTC) < deadline:
@@ -128,9 +134,9 @@ def test_a_batch_the_database_fails_to_store_is_read_again_not_lost(
     with store.engine.begin() as conn:
         conn.execute(text("SET transaction_read_only = off"))
         conn.execute(text(f'ALTER DATABASE "{database}" RESET default_transaction_read_only'))
-    store.engine.dispose()
+    ingest.clusters.home.engine.dispose()
     assert _ingest_until(ingest, 5) == IngestStats(accepted=5, rejected=0)
-    consumer.close()
+    ingest.consumer.close()
     assert _stored(store) == [f"kept-{n}" for n in range(5)]
 
 
@@ -151,10 +157,9 @@ def test_a_record_is_held_to_the_bounds_of_a_job_file(
         replace(base, job_id="heartbeat-0", heartbeat_interval=timedelta(0)),
     ]
     _produce(producer, catalog, [*out_of_bounds, base])
-    consumer = Consumer(consumer_config(settings, f"{settings.topic_prefix}planner-ingest"))
-    ingest = JobIngest(store, consumer, producer, catalog)
+    ingest = _ingest(settings, producer, catalog)
     assert _ingest_until(ingest, 4) == IngestStats(accepted=1, rejected=3)
-    consumer.close()
+    ingest.consumer.close()
     assert _stored(store) == ["bounded"]
     reasons = {r.key.decode(): (r.field, r.reason) for r in _rejections(settings, catalog, 3)}
     assert reasons == {

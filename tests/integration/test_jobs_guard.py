@@ -21,7 +21,9 @@ from duetime.events import JobTombstone
 from duetime.jobdef import parse_job
 from duetime.jobs_guard import signature_headers, tenant_key
 from duetime.model import JobDefinition
+from duetime.shard_map import ShardMap
 from duetime.store import Store
+from duetime.store.clusters import ClusterStores
 from duetime.store.jobs import jobs_apply
 from duetime_planner.guard import JobsTopicGuard
 from duetime_planner.ingest import JobIngest
@@ -69,7 +71,13 @@ def test_only_records_signed_for_their_own_tenant_are_stored(
     producer.flush(10)
 
     consumer = Consumer(consumer_config(settings, f"{settings.topic_prefix}ingest"))
-    ingest = JobIngest(store, consumer, producer, catalog, guard=JobsTopicGuard(SECRET))
+    ingest = JobIngest(
+        ClusterStores(ShardMap.single(settings.require_database()), pool_size=2),
+        consumer,
+        producer,
+        catalog,
+        guard=JobsTopicGuard(SECRET),
+    )
     accepted = rejected = 0
     deadline = datetime.now(UTC) + timedelta(seconds=20)
     while accepted + rejected < 7 and datetime.now(UTC) < deadline:

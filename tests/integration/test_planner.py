@@ -18,7 +18,9 @@ from duetime.bus.topics import TopicCatalog
 from duetime.config import Settings
 from duetime.jobdef import parse_job
 from duetime.schedule import due_at
+from duetime.shard_map import ShardMap
 from duetime.store import Store, flow, tenants
+from duetime.store.clusters import ClusterStores
 from duetime.store.jobs import jobs_apply
 from duetime_planner.config import PlannerConfig
 from duetime_planner.ingest import IngestStats, JobIngest
@@ -38,6 +40,10 @@ def _consume_all(settings: Settings, topics: list[str], expected: int) -> list[A
             found.append(msg)
     consumer.close()
     return found
+
+
+def _one_cluster(settings: Settings) -> ClusterStores:
+    return ClusterStores(ShardMap.single(settings.require_database()), pool_size=2)
 
 
 def _job(job_id: str, **extra: Any) -> Any:
@@ -288,7 +294,7 @@ def test_ingest_upserts_by_version_and_rejects_bad_records(
     producer.produce(catalog.jobs, b"\x02garbage", b"poison")
     producer.flush(10)
     consumer = Consumer(consumer_config(settings, f"{settings.topic_prefix}ingest"))
-    ingest = JobIngest(store, consumer, producer, catalog)
+    ingest = JobIngest(_one_cluster(settings), consumer, producer, catalog)
     total_accepted = total_rejected = 0
     deadline = datetime.now(UTC) + timedelta(seconds=20)
     while total_accepted + total_rejected < 3 and datetime.now(UTC) < deadline:
@@ -335,7 +341,7 @@ def test_ingest_rejects_only_the_records_over_a_tenant_quota(
         )
     producer.flush(10)
     consumer = Consumer(consumer_config(settings, f"{settings.topic_prefix}ingest"))
-    ingest = JobIngest(store, consumer, producer, catalog)
+    ingest = JobIngest(_one_cluster(settings), consumer, producer, catalog)
     totals = Counter[str]()
     deadline = datetime.now(UTC) + timedelta(seconds=20)
     while totals["accepted"] + totals["rejected"] < 5 and datetime.now(UTC) < deadline:

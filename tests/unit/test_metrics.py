@@ -147,18 +147,31 @@ def _free_port() -> int:
 def test_planner_counts_a_round_from_its_stats() -> None:
     registry = CollectorRegistry()
     metrics = PlannerMetrics(registry)
-    metrics.record_round(
-        PlanStats(jobs_planned=4, runs_created=5, runs_published=6, runs_swept=1),
-        IngestStats(accepted=2, rejected=1),
-    )
-    metrics.record_round(PlanStats(runs_created=1), IngestStats())
-    assert _value(registry, "duetime_jobs_planned_total") == 4
-    assert _value(registry, "duetime_runs_planned_total") == 6
-    assert _value(registry, "duetime_runs_published_total") == 6
-    assert _value(registry, "duetime_runs_publish_failures_total") == 0
-    assert _value(registry, "duetime_runs_swept_total") == 1
+    metrics.record_plan(PlanStats(jobs_planned=4, runs_created=5, runs_published=6, runs_swept=1))
+    metrics.record_ingest(IngestStats(accepted=2, rejected=1))
+    metrics.record_plan(PlanStats(runs_created=1))
+    metrics.record_ingest(IngestStats())
+    one = {"cluster": "0"}
+    assert _value(registry, "duetime_jobs_planned_total", one) == 4
+    assert _value(registry, "duetime_runs_planned_total", one) == 6
+    assert _value(registry, "duetime_runs_published_total", one) == 6
+    assert _value(registry, "duetime_runs_publish_failures_total", one) == 0
+    assert _value(registry, "duetime_runs_swept_total", one) == 1
+    assert _value(registry, "duetime_planner_rounds_failed_total", one) == 0
     assert _value(registry, "duetime_jobs_ingested_total", {"result": "accepted"}) == 2
     assert _value(registry, "duetime_jobs_ingested_total", {"result": "rejected"}) == 1
+
+
+def test_planner_counts_each_cluster_under_its_label() -> None:
+    registry = CollectorRegistry()
+    metrics = PlannerMetrics(registry, clusters=2)
+    metrics.record_plan(PlanStats(jobs_planned=3), cluster=0)
+    metrics.record_plan(PlanStats(jobs_planned=5), cluster=1)
+    metrics.record_failed(cluster=1)
+    assert _value(registry, "duetime_jobs_planned_total", {"cluster": "0"}) == 3
+    assert _value(registry, "duetime_jobs_planned_total", {"cluster": "1"}) == 5
+    assert _value(registry, "duetime_planner_rounds_failed_total", {"cluster": "0"}) == 0
+    assert _value(registry, "duetime_planner_rounds_failed_total", {"cluster": "1"}) == 1
 
 
 def test_worker_metrics_dirs_of_dead_supervisors_are_removed() -> None:

@@ -23,8 +23,15 @@ With ``DUETIME_JOBS_TOPIC_SECRET`` set, only signed records pass, each changing 
 jobs (``guard``, ``duetime.jobs_guard``); the others go to ``jobs.rejected`` (field ``tenant``).
 
 A consumed batch is written through the same bulk path as ``duetime jobs apply``
-(``store.jobs.jobs_apply``: a few statements per batch, the same job twice in a batch resolved in
-topic order) and logged once per batch; each job's outcome is logged at DEBUG only.
+(``store.jobs.jobs_apply_clusters``: a few statements per batch, the same job twice in a batch
+resolved in topic order) and logged once per batch; each job's outcome is logged at DEBUG only.
+
+Several PostgreSQL clusters (docs/clusters.md): each job is written to its shard's cluster, one
+transaction per cluster per batch, tenant quotas counted on every cluster under a lock in the
+home cluster. A batch is not atomic across clusters: when one cluster's write fails, the parts
+other clusters committed stay, and the rewind reads the whole batch again; applied again, those
+records come back ``unchanged`` (versions decide), so nothing is lost or applied twice. A record
+PostgreSQL refuses on one cluster is isolated as above, one record per transaction.
 """
 
 from __future__ import annotations
@@ -46,8 +53,9 @@ from duetime.events import JobRejected, JobTombstone
 from duetime.logs import event
 from duetime.model import JobDefinition
 from duetime.schedule import ScheduleCache
-from duetime.store import Store
-from duetime.store.jobs import JobWrite, jobs_apply
+from duetime.store.clusters import ClusterStores
+from duetime.store.jobs import JobWrite, jobs_apply_clusters
+from duetime.store.store import StoredJob
 
 from .guard import JobsTopicGuard
 
@@ -66,14 +74,14 @@ class IngestStats:
 class JobIngest:
     def __init__(
         self,
-        store: Store,
+        clusters: ClusterStores,
         consumer: Consumer,
         producer: Producer,
         catalog: TopicCatalog,
         batch_size: int = 5000,
         guard: JobsTopicGuard | None = None,
     ) -> None:
-        self.store = store
+        self.clusters = clusters
         self.consumer = consumer
         self.producer = producer
         self.catalog = catalog
@@ -147,18 +155,17 @@ class JobIngest:
         return IngestStats(accepted=stored, rejected=len(rejected))
 
     def _write(self, items: list[JobDefinition | JobTombstone]) -> list[JobWrite]:
-        """Store ``items`` in one transaction; when PostgreSQL refuses the data of one of them,
-        one transaction per item instead, and the refused ones come back as ``refused``."""
+        """Store ``items`` in one transaction per cluster; when PostgreSQL refuses the data of
+        one of them, one transaction per item instead, and the refused ones come back as
+        ``refused`` (items another cluster already committed come back ``unchanged``)."""
         try:
-            with self.store.tx() as tx:
-                return jobs_apply(tx, items, self.cache, partial=True)
+            return jobs_apply_clusters(self.clusters, items, self.cache, partial=True)
         except DataRefused as batch_error:
             event(log, "jobs.batch_refused", logging.WARNING, records=len(items), error=batch_error)
         writes: list[JobWrite] = []
         for item in items:
             try:
-                with self.store.tx() as tx:
-                    writes.extend(jobs_apply(tx, [item], self.cache, partial=True))
+                writes.extend(jobs_apply_clusters(self.clusters, [item], self.cache, partial=True))
             except DataRefused as exc:
                 writes.append(JobWrite(item.job_id, "refused", item.version, str(exc)))
         return writes
@@ -196,8 +203,10 @@ class JobIngest:
     ) -> tuple[list[JobDefinition | JobTombstone], list[tuple[int, Any]]]:
         """Leave out (to ``rejected``) the records that would change another tenant's job."""
         assert self.guard is not None
-        with self.store.tx() as tx:
-            stored = tx.jobs_get_versions(list({item.job_id for item in accepted}))
+        stored: dict[str, StoredJob] = {}
+        for store, job_ids in self.clusters.split({item.job_id for item in accepted}, str):
+            with store.tx() as tx:
+                stored.update(tx.jobs_get_versions(job_ids))
         pairs = [(msg, item) for (_position, msg), item in zip(sources, accepted, strict=True)]
         refusals = self.guard.owner_refusals(pairs, stored)
         for index, reason in refusals.items():

@@ -1,4 +1,8 @@
-"""The planner's Prometheus metrics (docs/metrics.md), counted once per round from its stats."""
+"""The planner's Prometheus metrics (docs/metrics.md), counted once per round from its stats.
+
+The figures of a planning round are per PostgreSQL cluster (label ``cluster``, the index of the
+cluster in the shard map; ``"0"`` with one cluster); the jobs-topic ingest's are not.
+"""
 
 from __future__ import annotations
 
@@ -48,11 +52,22 @@ _ROUND_COUNTERS = {
 class PlannerMetrics:
     """Counters fed by each round's ``PlanStats`` and ``IngestStats`` (never per run)."""
 
-    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+    def __init__(self, registry: CollectorRegistry = REGISTRY, *, clusters: int = 1) -> None:
         self._round = {
-            field: Counter(name, text, registry=registry)
+            field: Counter(name, text, ["cluster"], registry=registry)
             for field, (name, text) in _ROUND_COUNTERS.items()
         }
+        self.rounds_failed = Counter(
+            "duetime_planner_rounds_failed",
+            "Planning rounds of one PostgreSQL cluster that failed (the cluster or the broker was"
+            " away); the planner went on with the other clusters",
+            ["cluster"],
+            registry=registry,
+        )
+        for cluster in map(str, range(clusters)):  # every series exists from the start, at 0
+            self.rounds_failed.labels(cluster)
+            for counter in self._round.values():
+                counter.labels(cluster)
         self.jobs_ingested = Counter(
             "duetime_jobs_ingested",
             "Job definition records read from the jobs topic, by result",
@@ -62,11 +77,18 @@ class PlannerMetrics:
         for result in ("accepted", "rejected"):
             self.jobs_ingested.labels(result)
 
-    def record_round(self, stats: PlanStats, ingested: IngestStats) -> None:
+    def record_plan(self, stats: PlanStats, *, cluster: int = 0) -> None:
+        """One cluster's planning round."""
+        label = str(cluster)
         for field, counter in self._round.items():
             value = getattr(stats, field)
             if value:
-                counter.inc(value)
+                counter.labels(label).inc(value)
+
+    def record_failed(self, *, cluster: int = 0) -> None:
+        self.rounds_failed.labels(str(cluster)).inc()
+
+    def record_ingest(self, ingested: IngestStats) -> None:
         for result, value in (("accepted", ingested.accepted), ("rejected", ingested.rejected)):
             if value:
                 self.jobs_ingested.labels(result).inc(value)

@@ -18,6 +18,12 @@ coming (``planning.lookahead_for``), so a midnight of 100k runs is out well befo
 Far-future jobs are cold (kept out of the due index); before planning, the cold tier's loader
 (``cold.py``) makes the coming hour's buckets hot. docs/planner.md has the design notes,
 including the sweeper's rule and the cold tier.
+
+Several PostgreSQL clusters (docs/clusters.md): a ``Planner`` plans one cluster, its ``store``,
+and is configured with that cluster's shards (``clusters.py`` builds one per cluster). The target
+limits and the due-load forecast belong to no shard and live in the home cluster: a planner of
+another cluster is given the home cluster's store as ``home`` and reads and adds to the forecast
+in a short transaction there.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 
@@ -36,7 +43,7 @@ from duetime.bus.run_headers import RoutingHeaders, routing_headers
 from duetime.bus.run_template import RunTemplate
 from duetime.bus.topics import TopicCatalog
 from duetime.capacity import WindowedRun, epoch_second, place
-from duetime.errors import InvalidInput
+from duetime.errors import InvalidInput, StoreError
 from duetime.flow import TargetLimit
 from duetime.logs import event
 from duetime.model import HttpTarget
@@ -122,8 +129,13 @@ class Planner:
         monotonic: Callable[[], float] = time.monotonic,
         ownership: ShardOwner | None = None,
         member: str = "planner",
+        home: PlannerStore | None = None,
     ) -> None:
         self.store = store
+        # The home cluster's store when it is not ``store`` (several clusters): target limits
+        # and the forecast are read and written there.
+        self.home = home
+        self._home_down = False
         self.producer = producer
         self.catalog = catalog
         self.config = config or PlannerConfig()
@@ -389,20 +401,56 @@ class Planner:
         )
         return stats + published, len(due) == cfg.batch_size
 
+    @contextmanager
+    def _home_tx(self, tx: PlannerTx) -> Iterator[PlannerTx]:
+        """The transaction for the tables of no shard (target limits, the forecast): the
+        planning transaction ``tx`` itself on the home cluster, else a short one of the home
+        cluster's own. That one commits before the planning transaction: if the latter then
+        fails, the forecast counts runs that were not created, and placement is a little more
+        careful than it needs to be until those seconds pass (they are pruned)."""
+        if self.home is None:
+            yield tx
+            return
+        with self.home.tx() as home_tx:
+            yield home_tx
+
     def _rates(self, tx: PlannerTx, now: datetime) -> dict[str, float]:
         """The rate limit of each target that has one (own or default), re-read every
-        ``probe_interval``; the forecast's past seconds are pruned at the same time."""
+        ``probe_interval``; the forecast's past seconds are pruned at the same time. With the
+        home cluster away (another cluster's planner), the limits last read stay."""
         clock = self._monotonic()
         if (
             self._rates_read_at is None
             or clock - self._rates_read_at >= self.config.probe_interval.total_seconds()
         ):
-            self._limits = tx.targets_limits()
+            try:
+                with self._home_tx(tx) as home_tx:
+                    limits = home_tx.targets_limits()
+                    home_tx.target_forecast_prune(epoch_second(now) - 60)
+            except StoreError as exc:
+                self._home_unreachable(exc)  # raised again when this is the home cluster
+                self._rates_read_at = clock
+                return self._rate_cache
+            self._home_reached()
+            self._limits = limits
             self._rates_read_at = clock
             self._rate_cache.clear()
             self._no_rate.clear()
-            tx.target_forecast_prune(epoch_second(now) - 60)
         return self._rate_cache
+
+    def _home_unreachable(self, exc: StoreError) -> None:
+        """The home cluster failed a planner of another cluster: plan on without placing runs
+        in their windows (the dispatcher still enforces every rate), rather than stop."""
+        if self.home is None:
+            raise exc
+        if not self._home_down:
+            event(log, "planner.home_unavailable", logging.WARNING, error=exc)
+        self._home_down = True
+
+    def _home_reached(self) -> None:
+        if self._home_down:
+            event(log, "planner.home_available")
+        self._home_down = False
 
     def _rate_of(self, target_service: str) -> float | None:
         cache = self._rate_cache
@@ -453,10 +501,16 @@ class Planner:
         names = sorted({w.target_service for w in windowed})
         first = min(epoch_second(w.scheduled_for) for w in windowed)
         last = max(epoch_second(w.scheduled_for + w.window) for w in windowed)
-        load = tx.target_forecast_read(names, first, last)
-        before = dict(load)
-        placed = place(windowed, load, self._rate_cache)
-        tx.target_forecast_add({k: n - before.get(k, 0) for k, n in load.items()})
+        try:
+            with self._home_tx(tx) as home_tx:
+                load = home_tx.target_forecast_read(names, first, last)
+                before = dict(load)
+                placed = place(windowed, load, self._rate_cache)
+                home_tx.target_forecast_add({k: n - before.get(k, 0) for k, n in load.items()})
+        except StoreError as exc:
+            self._home_unreachable(exc)
+            return {}
+        self._home_reached()
         return placed
 
     def _publish_planned(

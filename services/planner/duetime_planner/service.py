@@ -3,6 +3,8 @@
 With etcd configured (``DUETIME_ETCD_ENDPOINTS``, as ``duetime up`` sets it) the planner owns
 shards under an etcd lease (``duetime.coord``) and fences its writes in PostgreSQL; without it,
 or with ``--shard-mode skip-locked``, it competes for every shard's due rows with SKIP LOCKED.
+With a shard map (``DUETIME_SHARD_MAP``) it plans every cluster, one after another
+(``clusters.py``), and the ingest writes each job to its cluster.
 """
 
 from __future__ import annotations
@@ -29,19 +31,21 @@ from duetime.coord.runner import OwnershipThread
 from duetime.errors import ConfigError, DuetimeError
 from duetime.logs import configure_logging, event
 from duetime.metrics import serve_metrics
-from duetime.store import Store
+from duetime.store.clusters import ClusterStores
 
+from .clusters import ClusterPlanners
 from .config import PlannerConfig
 from .guard import SECRET_ENV, JobsTopicGuard
-from .ingest import JobIngest
+from .ingest import IngestStats, JobIngest
 from .metrics import PlannerMetrics
-from .planner import Planner
 from .ports import ShardOwner
 
 __all__ = ["main"]
 
 log = logging.getLogger("duetime.planner")
 _SHARD_MODES = ("auto", "etcd", "skip-locked")
+# After a failure (PostgreSQL or the broker away), seconds before the failed part tries again.
+_RETRY_PAUSE = 2.0
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -121,14 +125,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
 
     catalog = TopicCatalog(settings.topic_prefix)
-    metrics = PlannerMetrics()
-    endpoint = serve_metrics("planner", os.environ)
-    create_topics(settings)
-    store = Store(
-        settings.require_database(),
+    clusters = ClusterStores(
+        settings.clusters(),
         application_name="duetime-planner",
         hot_horizon=settings.hot_horizon,
     )
+    metrics = PlannerMetrics(clusters=len(clusters))
+    endpoint = serve_metrics("planner", os.environ)
+    create_topics(settings)
     producer = make_producer(settings)
     consumer = Consumer(consumer_config(settings, f"{settings.topic_prefix}planner-ingest"))
     member = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
@@ -136,15 +140,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     owner: ShardOwner | None = owner_thread
     if owner_thread is not None:
         owner_thread.start()
-    planner = Planner(
-        store, producer, catalog, config, monotonic=time.monotonic, ownership=owner, member=member
+    planners = ClusterPlanners.build(
+        clusters.shard_map,
+        clusters.stores,
+        producer,
+        catalog,
+        config,
+        monotonic=time.monotonic,
+        ownership=owner,
+        member=member,
     )
     guard = JobsTopicGuard.from_env()
     if guard is None:
         # Anyone who may produce to the jobs topic writes any tenant (docs/api.md).
         event(log, "jobs.guard_off", reason=f"{SECRET_ENV} is not set")
     ingest = JobIngest(
-        store, consumer, producer, catalog, batch_size=config.batch_size, guard=guard
+        clusters, consumer, producer, catalog, batch_size=config.batch_size, guard=guard
     )
     event(
         log,
@@ -152,25 +163,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         member=member,
         shard_mode="skip-locked" if owner is None else "etcd",
         shards=len(config.shards),
+        clusters=len(clusters),
         lookahead_s=args.lookahead,
     )
-    last_partition_day = None
+    ingest_retry_at = 0.0
     try:
         while not stop.is_set():
-            today = datetime.now(UTC).date()
-            try:
-                if today != last_partition_day:
-                    planner.ensure_partitions(today)
-                    last_partition_day = today
-                ingested = ingest.run_once(timeout=0.0)
-                stats = planner.run_once(time.monotonic())
-                metrics.record_round(stats, ingested)
-            except DuetimeError as exc:
-                # Postgres or the broker is away: keep the process alive and try again.
-                event(log, "planner.round_failed", logging.ERROR, error=exc)
-                stop.wait(2.0)
+            ingested = IngestStats()
+            if time.monotonic() >= ingest_retry_at:
+                try:
+                    ingested = ingest.run_once(timeout=0.0)
+                except DuetimeError as exc:
+                    # A cluster or the broker is away: the batch is read again after a pause,
+                    # and planning goes on meanwhile (docs/clusters.md).
+                    event(log, "planner.round_failed", logging.ERROR, stage="ingest", error=exc)
+                    ingest_retry_at = time.monotonic() + _RETRY_PAUSE
+            metrics.record_ingest(ingested)
+            planned = planners.run_once(datetime.now(UTC).date())
+            for index, stats in planned.stats.items():
+                metrics.record_plan(stats, cluster=index)
+            for index in planned.failed:
+                metrics.record_failed(cluster=index)
+            if not planned.stats:
+                # Every cluster is away (or pausing after a failure): wait for the first retry.
+                pause = planners.next_retry_in()
+                stop.wait(_RETRY_PAUSE if pause is None else pause)
                 continue
-            idle = not (ingested.accepted or ingested.rejected or stats.runs_created)
+            idle = not (ingested.accepted or ingested.rejected or planned.total.runs_created)
             if idle:
                 stop.wait(config.tick_interval.total_seconds())
     finally:
@@ -179,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             owner_thread.stop()
         consumer.close()
         producer.flush(5)
-        store.close()
+        clusters.close()
         if endpoint is not None:
             endpoint.close()
     return 0
