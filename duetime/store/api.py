@@ -38,7 +38,6 @@ __all__ = [
     "runs_retry_dead",
     "runs_trigger",
     "stats_forecast",
-    "stats_lateness",
     "stats_outbox",
 ]
 
@@ -246,27 +245,32 @@ def stats_outbox(conn: Connection, tenant: str | None) -> Any:
     return conn.execute(query("api_stats_outbox"), {"tenant": tenant}).one()
 
 
-def stats_lateness(conn: Connection, tenant: str | None, window_seconds: float) -> Any:
-    params = {"tenant": tenant, "window_seconds": window_seconds}
-    return conn.execute(query("api_stats_lateness"), params).one()
-
-
 def stats_forecast(
     conn: Connection,
     tenant: str | None,
     now: datetime,
     horizon: timedelta,
     cache: ScheduleCache | None = None,
+    *,
+    shard_conns: Sequence[Connection] | None = None,
 ) -> ForecastResult:
-    """Runs due per minute from now to ``now + horizon`` (``duetime.forecast``)."""
+    """Runs due per minute from now to ``now + horizon`` (``duetime.forecast``).
+
+    ``conn`` is the home cluster's (target limits); jobs and runs are read from ``shard_conns``
+    (several clusters), by default from ``conn`` too.
+    """
     end = now + horizon
     cache = cache or ScheduleCache()
+    params = {"tenant": tenant, "horizon": end}
+    sources = [conn] if shard_conns is None else shard_conns
     planned = [
         PlannedRuns(r.minute, r.target_service, r.tenant, int(r.runs))
-        for r in conn.execute(query("api_forecast_planned"), {"tenant": tenant, "horizon": end})
+        for source in sources
+        for r in source.execute(query("api_forecast_planned"), params)
     ]
     groups = []
-    for r in conn.execute(query("api_forecast_jobs"), {"tenant": tenant, "horizon": end}):
+    rows = [r for source in sources for r in source.execute(query("api_forecast_jobs"), params)]
+    for r in rows:
         spec = ScheduleSpec(
             kind=r.schedule_kind,
             expression=r.schedule_expr,

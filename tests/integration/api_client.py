@@ -1,4 +1,5 @@
-"""The REST API over a test's own database, driven in-process (Starlette's test client)."""
+"""The REST API over a test's own database (or two, as two clusters), driven in-process
+(Starlette's test client)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from duetime.config import Settings
+from duetime.shard_map import ShardMap
 from duetime.store import Store
+from duetime.store.clusters import ClusterStores
 from duetime.store.tokens import tokens_create
 from duetime_api.app import create_app
 
@@ -22,7 +25,8 @@ __all__ = ["Api", "dead_run", "http_job", "open_api"]
 @dataclass
 class Api:
     client: TestClient
-    store: Store
+    store: Store  # the home cluster's
+    clusters: ClusterStores
 
     def token(self, tenant: str | None) -> dict[str, str]:
         """Headers carrying a new token of ``tenant`` (None: admin)."""
@@ -33,15 +37,27 @@ class Api:
 
 @contextmanager
 def open_api(
-    database_url: str, kafka_bootstrap: str = "", topic_prefix: str = "api-test."
+    database_url: str | tuple[str, ...],
+    kafka_bootstrap: str = "",
+    topic_prefix: str = "api-test.",
 ) -> Iterator[Api]:
-    store = Store(database_url, pool_size=2, application_name="duetime-api-test")
-    app = create_app(store, Settings(database_url, kafka_bootstrap, topic_prefix=topic_prefix))
+    """The API on ``database_url``; given several URLs, on as many clusters (shards spread
+    evenly, the first one home)."""
+    urls = (database_url,) if isinstance(database_url, str) else database_url
+    shard_map = ShardMap.even(urls)
+    clusters = ClusterStores(shard_map, pool_size=2, application_name="duetime-api-test")
+    settings = Settings(
+        shard_map.home_url,
+        kafka_bootstrap,
+        topic_prefix=topic_prefix,
+        shard_map=shard_map if len(urls) > 1 else None,
+    )
+    app = create_app(clusters, settings)
     try:
         with TestClient(app, raise_server_exceptions=False) as client:
-            yield Api(client, store)
+            yield Api(client, clusters.home, clusters)
     finally:
-        store.close()
+        clusters.close()
 
 
 def http_job(job_id: str, **fields: Any) -> dict[str, Any]:

@@ -87,23 +87,6 @@ FROM runs
 WHERE state = 'scheduled' AND published_at IS NULL AND due_at <= now()
   AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant);
 
--- name: api_stats_lateness
--- Lateness of the first attempts of the runs due in the last :window_seconds: first start
--- minus due_at (the alert's measure, sql/alerts.sql runs_release_lateness), started runs only.
-SELECT count(*) AS runs,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY late) AS p50_seconds,
-       percentile_cont(0.9) WITHIN GROUP (ORDER BY late) AS p90_seconds,
-       percentile_cont(0.99) WITHIN GROUP (ORDER BY late) AS p99_seconds,
-       max(late) AS max_seconds
-FROM (
-    SELECT CAST(extract(epoch FROM started_at - due_at) AS double precision) AS late
-    FROM runs
-    WHERE attempt = 1 AND state <> 'scheduled' AND started_at IS NOT NULL
-      AND due_at > now() - make_interval(secs => CAST(:window_seconds AS double precision))
-      AND due_at <= now()
-      AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
-) AS sample;
-
 -- name: api_forecast_planned
 -- Runs planned and waiting, per minute of due_at, target and tenant, up to :horizon.
 SELECT date_trunc('minute', due_at) AS minute, target_service, tenant, count(*) AS runs

@@ -1,7 +1,8 @@
-"""The REST API as an ASGI application: ``create_app(store, settings)``.
+"""The REST API as an ASGI application: ``create_app(clusters, settings)``.
 
 Endpoints are plain functions (FastAPI runs them on its thread pool), each one short
-transaction through the store. ``/openapi.json`` describes them; ``/healthz`` needs no token.
+transaction through the store of the cluster it concerns (``routing``). ``/openapi.json``
+describes them; ``/healthz`` needs no token.
 The web dashboard (``dashboard``) is served under ``/ui`` by the same application.
 """
 
@@ -15,7 +16,7 @@ from fastapi import FastAPI
 
 from duetime.config import Settings
 from duetime.logs import event
-from duetime.store import Store
+from duetime.store.clusters import ClusterStores
 
 from . import callbacks, dashboard, jobs, runs, stats
 from .auth import Caller
@@ -28,8 +29,9 @@ __all__ = ["create_app"]
 log = logging.getLogger("duetime.api")
 
 
-def create_app(store: Store, settings: Settings) -> FastAPI:
-    """The application; ``store`` and the lag probes live as long as it does."""
+def create_app(clusters: ClusterStores, settings: Settings) -> FastAPI:
+    """The application; ``clusters`` (one store per PostgreSQL cluster of the shard map) and
+    the lag probes live as long as it does."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -51,7 +53,8 @@ def create_app(store: Store, settings: Settings) -> FastAPI:
         docs_url=None,
         redoc_url=None,
     )
-    app.state.store = store
+    app.state.clusters = clusters
+    app.state.store = clusters.home
     app.state.lag_probes = LagProbes(settings)
     install_error_handlers(app)
     app.include_router(jobs.router)

@@ -29,7 +29,8 @@ _bearer = HTTPBearer(auto_error=False, description="a token from `duetime tokens
 
 
 def store_of(request: Request) -> Store:
-    """The application's store (``create_app``)."""
+    """The home cluster's store (``create_app``): tokens, sign-in links, targets; the stores of
+    jobs and runs are ``routing``'s."""
     store: Store = request.app.state.store
     return store
 

@@ -17,16 +17,21 @@ a duetime API token, and the callback token lets it act on that one attempt only
 
 The token is never logged: the access log has the path only, and the events here name the run
 and the attempt.
+
+With several PostgreSQL clusters the call carries no job id, so it is tried on each cluster in
+turn until one knows the attempt: a cluster without it changes nothing and answers ``unknown``.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Header, Path, Request
 from pydantic import AwareDatetime, BaseModel, Field
+from sqlalchemy import Connection
 
 from duetime.async_targets import CALLBACK_TOKEN, MAX_PROGRESS, progress_problem
 from duetime.fencing import claimed_token
@@ -38,8 +43,8 @@ from duetime.store.callbacks import (
     attempts_callback_heartbeat,
 )
 
-from .auth import store_of
 from .errors import ERROR_RESPONSES, ApiError
+from .routing import clusters_of
 
 __all__ = ["AttemptCompleteIn", "AttemptHeartbeatIn", "AttemptReportOut", "router"]
 
@@ -158,12 +163,26 @@ def _answer(call: CallbackAttempt, kind: str, result: CallbackResult) -> Attempt
     )
 
 
+def _on_its_cluster(
+    request: Request, apply: Callable[[Connection], CallbackResult]
+) -> CallbackResult:
+    """``apply`` on each cluster (one transaction each) until one knows the attempt."""
+    result = CallbackResult("unknown")
+    for store in clusters_of(request):
+        with store.tx() as tx:
+            result = apply(tx.conn)
+        if result.status != "unknown":
+            break
+    return result
+
+
 @router.post("/{run_id}/attempts/{attempt}/heartbeat")
 def heartbeat(request: Request, call: _Call, body: AttemptHeartbeatIn) -> AttemptReportOut:
     """Renew the attempt's lease (the job's lease from now) and keep its progress."""
     _check_progress(body.progress, "progress")
-    with store_of(request).tx() as tx:
-        result = attempts_callback_heartbeat(tx.conn, call, body.progress)
+    result = _on_its_cluster(
+        request, lambda conn: attempts_callback_heartbeat(conn, call, body.progress)
+    )
     return _answer(call, "heartbeat", result)
 
 
@@ -171,15 +190,17 @@ def heartbeat(request: Request, call: _Call, body: AttemptHeartbeatIn) -> Attemp
 def complete(request: Request, call: _Call, body: AttemptCompleteIn) -> AttemptReportOut:
     """End the attempt: succeeded, or failed (retried after the job's backoff, or dead)."""
     _check_progress(body.progress, "progress")
-    with store_of(request).tx() as tx:
-        result = attempts_callback_complete(
-            tx.conn,
+    result = _on_its_cluster(
+        request,
+        lambda conn: attempts_callback_complete(
+            conn,
             call,
             succeeded=body.outcome == "succeeded",
             retryable=body.retryable,
             error=body.error,
             progress=body.progress,
-        )
+        ),
+    )
     if result.status == "ok":
         event(
             log,

@@ -1,8 +1,9 @@
 """``/v1/jobs``: create, replace, read, list, delete, pause, resume, trigger now, backfill.
 
-Writes go through ``duetime.jobdef.parse_job`` and ``duetime.store.jobs.jobs_apply``: the
-validation, messages, version rules and tenant quotas of ``duetime jobs apply`` and of the jobs
-topic. Every read and write is scoped by the token's tenant (``duetime.store.api``).
+Writes go through ``duetime.jobdef.parse_job`` and ``duetime.store.jobs.jobs_apply_clusters``:
+the validation, messages, version rules and tenant quotas of ``duetime jobs apply`` and of the
+jobs topic. Every read and write is scoped by the token's tenant (``duetime.store.api``), and
+goes to the job's cluster; the list reads every cluster (``routing``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from duetime.errors import InvalidInput, NotFound
 from duetime.jobdef import parse_job
 from duetime.model import JobDefinition
 from duetime.store import api as views
-from duetime.store.jobs import jobs_apply, jobs_set_paused
+from duetime.store.fanout import each_tx, merge_by_job_id
+from duetime.store.jobs import jobs_apply_clusters, jobs_set_paused
 from duetime.store.tokens import Principal
 
-from .auth import Caller, store_of
+from .auth import Caller
 from .cursors import decode_job_cursor, encode_cursor
 from .errors import ERROR_RESPONSES, ApiError
 from .models import (
@@ -34,6 +36,7 @@ from .models import (
     TriggerOut,
 )
 from .params import check_strings, job_id_param, tenant_param, text_param
+from .routing import clusters_of, job_store
 
 __all__ = ["MAX_BACKFILL_RUNS", "router"]
 
@@ -95,12 +98,16 @@ def create_job(
 ) -> JobOut:
     """Create a job. An id already in use is a 409 (job ids are global, see docs/api.md)."""
     job = _parse(body, caller)
-    with store_of(request).tx() as tx:
+    store = job_store(request, job.job_id)
+    with store.tx() as tx:
         if views.jobs_tenant_of(tx.conn, job.job_id) is not None:
             raise ApiError(409, "job.id: a job with this id exists", "job.id")
-        [write] = jobs_apply(tx, [job])
-        if write.action != "created":
-            raise ApiError(409, "job.id: a job with this id exists", "job.id")
+    # At least version 1: a job another request created meanwhile is then left as it is
+    # ("unchanged"), not overwritten.
+    [write] = jobs_apply_clusters(clusters_of(request), [replace(job, version=job.version or 1)])
+    if write.action != "created":
+        raise ApiError(409, "job.id: a job with this id exists", "job.id")
+    with store.tx() as tx:
         row = views.jobs_get(tx.conn, caller.tenant, job.job_id)
     return job_out(row)
 
@@ -115,21 +122,23 @@ def replace_job(
     """Replace a job. A ``version`` in the body must be the stored one (else 409): the write
     is then based on what the caller read; without one the write goes after any other."""
     job_id = job_id_param(job_id)
-    with store_of(request).tx() as tx:
+    store = job_store(request, job_id)
+    with store.tx() as tx:
         stored = views.jobs_get(tx.conn, caller.tenant, job_id)
-        if stored is None:
-            raise NotFound(f"no job {job_id!r}")
-        # A body without a tenant keeps the job where it is (an admin's too).
-        job = _parse(body, caller, job_id, stored.tenant)
-        if job.version and job.version != stored.version:
-            raise ApiError(
-                409,
-                f"job.version: the stored version is {stored.version}; read the job again",
-                "job.version",
-            )
-        [write] = jobs_apply(tx, [replace(job, version=0)])
-        if write.action != "updated":
-            raise ApiError(409, "job: changed by another writer; read the job again", "job")
+    if stored is None:
+        raise NotFound(f"no job {job_id!r}")
+    # A body without a tenant keeps the job where it is (an admin's too).
+    job = _parse(body, caller, job_id, stored.tenant)
+    if job.version and job.version != stored.version:
+        raise ApiError(
+            409,
+            f"job.version: the stored version is {stored.version}; read the job again",
+            "job.version",
+        )
+    [write] = jobs_apply_clusters(clusters_of(request), [replace(job, version=0)])
+    if write.action != "updated":
+        raise ApiError(409, "job: changed by another writer; read the job again", "job")
+    with store.tx() as tx:
         row = views.jobs_get(tx.conn, None, job_id)
     return job_out(row)
 
@@ -137,7 +146,7 @@ def replace_job(
 @router.get("/{job_id}")
 def get_job(request: Request, caller: Caller, job_id: str) -> JobOut:
     job_id = job_id_param(job_id)
-    with store_of(request).tx() as tx:
+    with job_store(request, job_id).tx() as tx:
         row = views.jobs_get(tx.conn, caller.tenant, job_id)
     if row is None:
         raise NotFound(f"no job {job_id!r}")
@@ -156,16 +165,21 @@ def list_jobs(
 ) -> JobPage:
     """Jobs ordered by id, a page at a time; a tenant's token lists its own only."""
     after = decode_job_cursor(text_param(cursor, "cursor", 1000))
-    with store_of(request).tx() as tx:
-        rows = views.jobs_page(
-            tx.conn,
-            caller.tenant,
-            filter_tenant=tenant_param(tenant),
-            paused=None if state is None else state == "paused",
-            text=text_param(q, "q"),
-            after=after,
-            limit=limit + 1,
-        )
+    clusters = clusters_of(request)
+    with each_tx(clusters.stores) as txs:
+        parts = [
+            views.jobs_page(
+                tx.conn,
+                caller.tenant,
+                filter_tenant=tenant_param(tenant),
+                paused=None if state is None else state == "paused",
+                text=text_param(q, "q"),
+                after=after,
+                limit=limit + 1,
+            )
+            for tx in txs
+        ]
+        rows = merge_by_job_id(txs[0].conn, parts, limit + 1)
     items = [job_out(r) for r in rows[:limit]]
     more = len(rows) > limit
     return JobPage(items=items, next_cursor=encode_cursor([items[-1].id]) if more else None)
@@ -175,7 +189,7 @@ def list_jobs(
 def delete_job(request: Request, caller: Caller, job_id: str) -> Response:
     """Remove a job; its run history stays (unpublished runs are cancelled by the outbox)."""
     job_id = job_id_param(job_id)
-    with store_of(request).tx() as tx:
+    with job_store(request, job_id).tx() as tx:
         if not views.jobs_remove(tx.conn, caller.tenant, job_id):
             raise NotFound(f"no job {job_id!r}")
     return Response(status_code=204)
@@ -183,7 +197,7 @@ def delete_job(request: Request, caller: Caller, job_id: str) -> Response:
 
 def _pause(request: Request, caller: Principal, job_id: str, paused: bool) -> StateChangeOut:
     job_id = job_id_param(job_id)
-    with store_of(request).tx() as tx:
+    with job_store(request, job_id).tx() as tx:
         if views.jobs_get(tx.conn, caller.tenant, job_id) is None:
             raise NotFound(f"no job {job_id!r}")
         outcome = jobs_set_paused(tx, job_id, paused)
@@ -206,7 +220,7 @@ def resume_job(request: Request, caller: Caller, job_id: str) -> StateChangeOut:
 def trigger_job(request: Request, caller: Caller, job_id: str) -> TriggerOut:
     """Run the job now, once, besides its schedule."""
     job_id = job_id_param(job_id)
-    with store_of(request).tx() as tx:
+    with job_store(request, job_id).tx() as tx:
         run_id, scheduled_for = views.runs_trigger(tx, caller.tenant, job_id)
     return TriggerOut(run_id=run_id, job_id=job_id, scheduled_for=scheduled_for)
 
@@ -224,7 +238,7 @@ def backfill_job(request: Request, caller: Caller, job_id: str, body: BackfillIn
         raise InvalidInput("until", "must be after since")
     if until - since > MAX_BACKFILL_RANGE:
         raise InvalidInput("until", f"the range may span {MAX_BACKFILL_RANGE.days} days at most")
-    with store_of(request).tx() as tx:
+    with job_store(request, job_id).tx() as tx:
         if until > tx.db_now():
             raise InvalidInput("until", "must not be in the future (the planner plans those)")
         try:

@@ -1,5 +1,7 @@
 """``/v1/runs``: run history (by job, state, time range), a run with every attempt, retrying a
-dead run. Scoped by the token's tenant like every endpoint (``duetime.store.api``)."""
+dead run. Scoped by the token's tenant like every endpoint (``duetime.store.api``). One job's
+runs are read in its cluster, all runs on every cluster, merged; a run named by id is looked up
+on each cluster (``routing``)."""
 
 from __future__ import annotations
 
@@ -12,12 +14,14 @@ from pydantic import AwareDatetime
 from duetime.errors import NotFound
 from duetime.model import RunState
 from duetime.store import api as views
+from duetime.store.fanout import each_tx, merge_newest_runs
 
-from .auth import Caller, store_of
+from .auth import Caller
 from .cursors import decode_run_cursor, encode_cursor
 from .errors import ERROR_RESPONSES, ApiError
 from .models import AttemptOut, RunDetailOut, RunOut, RunPage
 from .params import tenant_param, text_param
+from .routing import run_store, stores_for
 
 __all__ = ["lateness_ms", "router"]
 
@@ -70,18 +74,23 @@ def list_runs(
 ) -> RunPage:
     """Runs, newest scheduled_for first, a page at a time."""
     after = decode_run_cursor(text_param(cursor, "cursor", 1000))
-    with store_of(request).tx() as tx:
-        rows = views.runs_page(
-            tx.conn,
-            caller.tenant,
-            filter_tenant=tenant_param(tenant),
-            job_id=text_param(job_id, "job_id"),
-            state=state,
-            since=since,
-            until=until,
-            after=after,
-            limit=limit + 1,
-        )
+    job_id = text_param(job_id, "job_id")
+    with each_tx(stores_for(request, job_id)) as txs:
+        parts = [
+            views.runs_page(
+                tx.conn,
+                caller.tenant,
+                filter_tenant=tenant_param(tenant),
+                job_id=job_id,
+                state=state,
+                since=since,
+                until=until,
+                after=after,
+                limit=limit + 1,
+            )
+            for tx in txs
+        ]
+    rows = merge_newest_runs(parts, limit + 1)
     items = [RunOut(**_run_fields(r)) for r in rows[:limit]]
     next_cursor = None
     if len(rows) > limit:
@@ -93,7 +102,7 @@ def list_runs(
 @router.get("/{run_id}")
 def get_run(request: Request, caller: Caller, run_id: uuid.UUID) -> RunDetailOut:
     """A run with every attempt: worker, status, error, duration."""
-    with store_of(request).tx() as tx:
+    with run_store(request, caller.tenant, run_id).tx() as tx:
         detail = views.runs_get(tx.conn, caller.tenant, run_id)
     if detail is None:
         raise NotFound(f"no run {run_id}")
@@ -116,7 +125,7 @@ def get_run(request: Request, caller: Caller, run_id: uuid.UUID) -> RunDetailOut
 @router.post("/{run_id}/retry")
 def retry_run(request: Request, caller: Caller, run_id: uuid.UUID) -> RunDetailOut:
     """One more attempt for a dead run, due now; 409 if the run is not dead."""
-    with store_of(request).tx() as tx:
+    with run_store(request, caller.tenant, run_id).tx() as tx:
         retried = views.runs_retry_dead(tx.conn, caller.tenant, run_id)
         detail = views.runs_get(tx.conn, caller.tenant, run_id)
     if detail is None:

@@ -22,7 +22,7 @@ import uvicorn
 from duetime.config import load_settings
 from duetime.lifetime import exit_after
 from duetime.logs import configure_logging, event
-from duetime.store import Store
+from duetime.store.clusters import ClusterStores
 
 from .access_log import install_access_log_redaction
 from .app import create_app
@@ -64,13 +64,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging("api")
     install_access_log_redaction()
     settings = load_settings()
-    store = Store(
-        settings.require_database(),
+    clusters = ClusterStores(
+        settings.clusters(),
         pool_size=4,
         application_name="duetime-api",
         hot_horizon=settings.hot_horizon,
     )
-    app = create_app(store, settings)
+    app = create_app(clusters, settings)
     config = uvicorn.Config(
         app,
         host=args.host,
@@ -87,5 +87,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         event(log, "api.stopping")
         exit_after(5.0, "api")
-        store.close()
+        clusters.close()
     return 0 if server.started else 1

@@ -5,6 +5,9 @@ Lateness, backlog and forecast are scoped by the token's tenant. A tenant's fore
 the minutes where *its own* load exceeds a target's rate; other tenants' load on a shared
 target is not shown to it (an admin token sees every tenant's, added up). Consumer lag and shard
 owners are about the pipeline, not a tenant's data, and need an admin token.
+
+With several PostgreSQL clusters each figure is read on every cluster and combined
+(``cluster_stats``); target limits come from the home cluster.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ from duetime.bus.lag import ConsumerLagProbe
 from duetime.bus.topics import TopicCatalog
 from duetime.config import Settings
 from duetime.errors import BusError, ConfigError
-from duetime.store import api as views
+from duetime.store.fanout import shard_fences
 
-from .auth import Admin, Caller, store_of
+from .auth import Admin, Caller
+from .cluster_stats import forecast_all, lateness_all, outbox_all
 from .errors import ERROR_RESPONSES
 from .models import (
     ForecastOut,
@@ -33,6 +37,7 @@ from .models import (
     PileUpOut,
     ShardOut,
 )
+from .routing import clusters_of
 
 __all__ = ["LagProbes", "consumer_groups", "router"]
 
@@ -46,8 +51,7 @@ def lateness(
     window_seconds: Annotated[float, Query(gt=0, le=7 * 86_400)] = 3600,
 ) -> LatenessOut:
     """Percentiles of (first start - due) of the runs due in the last ``window_seconds``."""
-    with store_of(request).tx() as tx:
-        row = views.stats_lateness(tx.conn, caller.tenant, window_seconds)
+    row = lateness_all(clusters_of(request), caller.tenant, window_seconds)
     return LatenessOut(
         window_seconds=window_seconds,
         runs=int(row.runs),
@@ -61,8 +65,7 @@ def lateness(
 @router.get("/outbox")
 def outbox(request: Request, caller: Caller) -> OutboxOut:
     """Runs due by now that the planner has not yet handed to the broker."""
-    with store_of(request).tx() as tx:
-        row = views.stats_outbox(tx.conn, caller.tenant)
+    row = outbox_all(clusters_of(request), caller.tenant)
     age = None if row.oldest_due_at is None else (row.now - row.oldest_due_at).total_seconds()
     return OutboxOut(runs=int(row.runs), oldest_due_at=row.oldest_due_at, oldest_age_seconds=age)
 
@@ -137,8 +140,8 @@ def shard_owners(request: Request, caller: Admin) -> list[ShardOut]:
     """Each claimed shard's owner and fencing token as the database's fence holds them (admin;
     none in SKIP LOCKED mode, where no planner owns a shard). ``duetime shards`` adds etcd's view.
     """
-    with store_of(request).tx() as tx:
-        rows = tx.shard_owners_list()
+    fences = shard_fences(clusters_of(request))
+    rows = [fences[shard] for shard in sorted(fences)]
     return [
         ShardOut(
             shard=r.shard_id,
@@ -159,9 +162,7 @@ def due_forecast(
 ) -> ForecastOut:
     """Runs due per minute for the next ``hours``, per target and tenant, and the minutes whose
     load exceeds a target's rate limit (pile-ups)."""
-    with store_of(request).tx() as tx:
-        now = tx.db_now()
-        result = views.stats_forecast(tx.conn, caller.tenant, now, timedelta(hours=hours))
+    result = forecast_all(clusters_of(request), caller.tenant, timedelta(hours=hours))
     points: defaultdict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
     for load in result.loads:
         offset = int((load.minute - result.start).total_seconds()) // 60

@@ -3,7 +3,9 @@
 Every page reads through the same tenant-scoped store functions as the REST API
 (``duetime.store.api``), with the tenant of the token in the session cookie (``session``): an
 other tenant's job or run is the same 404 page as one that does not exist. Retry is the API's
-retry (``runs_retry_dead``), posted by a form with the session's CSRF token.
+retry (``runs_retry_dead``), posted by a form with the session's CSRF token. Like the API, a
+page of one job reads the job's cluster, a run is looked up on each cluster, lists and figures
+read every cluster (``..routing``, ``..cluster_stats``).
 """
 
 from __future__ import annotations
@@ -18,18 +20,27 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from sqlalchemy import Connection
 from starlette.concurrency import run_in_threadpool
 
 from duetime.logs import event
 from duetime.schedule import compile_schedule
+from duetime.store import Store
 from duetime.store import api as views
 from duetime.store import dashboard as dash
+from duetime.store.fanout import each_tx, merge_by_job_id, merge_newest_runs
 from duetime.store.rows import spec_from_row
 from duetime.store.sign_in_links import SignInRefused, sign_in_links_use
 from duetime.store.tokens import Principal
 
 from ..auth import authenticate, store_of
+from ..cluster_stats import (
+    dead_recent_all,
+    forecast_all,
+    lateness_all,
+    outbox_all,
+    queue_depth_all,
+)
+from ..routing import clusters_of, job_store, run_store
 from . import pages
 from .session import (
     clear_cookie,
@@ -99,20 +110,29 @@ def _not_found(what: str, viewer: Viewer) -> HTMLResponse:
 
 
 def _latest_runs(
-    conn: Connection, tenant: str | None, *, job_id: str | None = None, state: str | None = None
+    stores: Sequence[Store],
+    tenant: str | None,
+    *,
+    job_id: str | None = None,
+    state: str | None = None,
 ) -> Sequence[Any]:
-    """The newest runs (by scheduled_for) of the tenant, a job or a state."""
-    return views.runs_page(
-        conn,
-        tenant,
-        filter_tenant=None,
-        job_id=job_id,
-        state=state,
-        since=None,
-        until=None,
-        after=None,
-        limit=_RUNS_SHOWN,
-    )
+    """The newest runs (by scheduled_for) of the tenant, a job or a state, on ``stores``."""
+    with each_tx(stores) as txs:
+        parts = [
+            views.runs_page(
+                tx.conn,
+                tenant,
+                filter_tenant=None,
+                job_id=job_id,
+                state=state,
+                since=None,
+                until=None,
+                after=None,
+                limit=_RUNS_SHOWN,
+            )
+            for tx in txs
+        ]
+    return merge_newest_runs(parts, _RUNS_SHOWN)
 
 
 @router.get("/")
@@ -207,16 +227,15 @@ def overview(request: Request) -> Response:
     if viewer is None:
         return _to_login(request)
     tenant = viewer[0].tenant
-    with store_of(request).tx() as tx:
-        now = tx.db_now()
-        view = pages.Overview(
-            forecast=views.stats_forecast(tx.conn, tenant, now, timedelta(hours=24)),
-            lateness=views.stats_lateness(tx.conn, tenant, 3600),
-            outbox=views.stats_outbox(tx.conn, tenant),
-            depth=dash.queue_depth(tx.conn, tenant),
-            dead_recent=dash.dead_recent(tx.conn, tenant, 86_400),
-            dead_runs=_latest_runs(tx.conn, tenant, state="dead"),
-        )
+    clusters = clusters_of(request)
+    view = pages.Overview(
+        forecast=forecast_all(clusters, tenant, timedelta(hours=24)),
+        lateness=lateness_all(clusters, tenant, 3600),
+        outbox=outbox_all(clusters, tenant),
+        depth=queue_depth_all(clusters, tenant),
+        dead_recent=dead_recent_all(clusters, tenant, 86_400),
+        dead_runs=_latest_runs(clusters.stores, tenant, state="dead"),
+    )
     return _html(pages.overview_page(view, *viewer))
 
 
@@ -226,16 +245,20 @@ def jobs(request: Request, q: str | None = None, after: str | None = None) -> Re
     if viewer is None:
         return _to_login(request)
     q = (q or "").strip()[:200] or None
-    with store_of(request).tx() as tx:
-        rows = views.jobs_page(
-            tx.conn,
-            viewer[0].tenant,
-            filter_tenant=None,
-            paused=None,
-            text=q,
-            after=(after or None),
-            limit=_JOBS_PER_PAGE + 1,
-        )
+    with each_tx(clusters_of(request).stores) as txs:
+        parts = [
+            views.jobs_page(
+                tx.conn,
+                viewer[0].tenant,
+                filter_tenant=None,
+                paused=None,
+                text=q,
+                after=(after or None),
+                limit=_JOBS_PER_PAGE + 1,
+            )
+            for tx in txs
+        ]
+        rows = merge_by_job_id(txs[0].conn, parts, _JOBS_PER_PAGE + 1)
     shown = rows[:_JOBS_PER_PAGE]
     next_after = shown[-1].job_id if len(rows) > _JOBS_PER_PAGE else None
     definitions = [views.job_document(r) for r in shown]
@@ -248,12 +271,14 @@ def job(request: Request, job_id: str) -> Response:
     if viewer is None:
         return _to_login(request)
     tenant = viewer[0].tenant
-    with store_of(request).tx() as tx:
+    store = job_store(request, job_id)
+    with store.tx() as tx:
         row = views.jobs_get(tx.conn, tenant, job_id)
         if row is None:
             return _not_found(f"job {job_id!r}", viewer)
         now = tx.db_now()
-        runs = _latest_runs(tx.conn, tenant, job_id=job_id)
+    runs = _latest_runs([store], tenant, job_id=job_id)
+    with store.tx() as tx:
         attempts = dash.attempts_of_runs(tx.conn, (r.run_id for r in runs))
     schedule = compile_schedule(spec_from_row(row))
     return _html(
@@ -282,7 +307,8 @@ def run(request: Request, run_id: str, retried: int = 0) -> Response:
     if viewer is None:
         return _to_login(request)
     parsed = _run_id(run_id)
-    with store_of(request).tx() as tx:
+    store = store_of(request) if parsed is None else run_store(request, viewer[0].tenant, parsed)
+    with store.tx() as tx:
         detail = None if parsed is None else views.runs_get(tx.conn, viewer[0].tenant, parsed)
         now = tx.db_now()
     if detail is None:
@@ -296,7 +322,8 @@ def _retry(request: Request, token: str, run_id: str) -> Response:
         return _to_login(request)
     viewer = (caller, csrf_token(token))
     parsed = _run_id(run_id)
-    with store_of(request).tx() as tx:
+    store = store_of(request) if parsed is None else run_store(request, caller.tenant, parsed)
+    with store.tx() as tx:
         retried = None if parsed is None else views.runs_retry_dead(tx.conn, caller.tenant, parsed)
         detail = None if parsed is None else views.runs_get(tx.conn, caller.tenant, parsed)
     if detail is None:
