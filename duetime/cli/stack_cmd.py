@@ -4,6 +4,9 @@
 ``eval "$(duetime stack up)"`` exports them; they are also written to ``<data dir>/stack.env``,
 where every other ``duetime`` command finds them. ``status`` exits 0 only if every component is
 healthy, so scripts can wait on it.
+
+``up --pg-clusters N`` runs N PostgreSQL clusters (``postgres``, ``postgres-2``, ...) and writes
+``DUETIME_SHARD_MAP`` placing the shards evenly on them; ``status`` shows one row per cluster.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from duetime.config import default_data_dir
 if TYPE_CHECKING:
     from duetime_infra import EmbeddedStack
 
-__all__ = ["register"]
+__all__ = ["add_pg_clusters_option", "register"]
 
 
 def register(sub: Any) -> None:
@@ -28,8 +31,9 @@ def register(sub: Any) -> None:
         help="start, stop or check the embedded PostgreSQL, Kafka-protocol broker and etcd",
         description=(
             "Manage the local stack kept in a data dir. A component whose URL is set in the "
-            "environment (DUETIME_DATABASE_URL, DUETIME_KAFKA_BOOTSTRAP, DUETIME_ETCD_ENDPOINTS) "
-            "is not started; that external server is health-checked and used instead."
+            "environment (DUETIME_DATABASE_URL or DUETIME_SHARD_MAP, DUETIME_KAFKA_BOOTSTRAP, "
+            "DUETIME_ETCD_ENDPOINTS) is not started; that external server is health-checked and "
+            "used instead."
         ),
     )
     actions = parser.add_subparsers(dest="stack_action", required=True)
@@ -41,6 +45,7 @@ def register(sub: Any) -> None:
         action="store_true",
         help="do not apply the schema migrations after PostgreSQL is up",
     )
+    add_pg_clusters_option(up)
     up.set_defaults(func=_up)
 
     down = actions.add_parser("down", help="stop the servers this data dir started")
@@ -63,13 +68,38 @@ def _add_data_dir(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_pg_clusters_option(parser: argparse.ArgumentParser) -> None:
+    """``--pg-clusters N``, for ``stack up`` and ``up``."""
+    parser.add_argument(
+        "--pg-clusters",
+        type=_pg_clusters,
+        default=None,
+        metavar="N",
+        help=f"PostgreSQL clusters to run, 1 to {_MAX_PG_CLUSTERS}, the shards spread evenly "
+        "on them (default: as many as the data dir holds, else 1; fixed once it holds data)",
+    )
+
+
+# duetime_infra.MAX_PG_CLUSTERS, not imported: `duetime --help` must not load the stack.
+_MAX_PG_CLUSTERS = 8
+
+
+def _pg_clusters(raw: str) -> int:
+    if not raw.isdigit() or not 1 <= int(raw) <= _MAX_PG_CLUSTERS:
+        raise argparse.ArgumentTypeError(
+            f"the number of PostgreSQL clusters must be 1 to {_MAX_PG_CLUSTERS}, not {raw!r}"
+        )
+    return int(raw)
+
+
 def _stack(args: argparse.Namespace, *, migrate: bool = True) -> EmbeddedStack:
     # Imported here so that `duetime --help` and unrelated commands stay fast.
     from duetime_infra import EmbeddedStack
 
     _configure_logging()
     data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
-    return EmbeddedStack(data_dir, migrate=migrate)
+    pg_clusters: int | None = getattr(args, "pg_clusters", None)
+    return EmbeddedStack(data_dir, migrate=migrate, pg_clusters=pg_clusters)
 
 
 def _configure_logging() -> None:

@@ -28,6 +28,7 @@ from duetime_infra.ports import LOOPBACK, port_is_free
 from duetime_infra.processes import child_record
 
 from .demo import DemoTarget, demo_jobs
+from .stack_cmd import add_pg_clusters_option
 from .supervisor import STOP_GRACE, Supervisor
 from .up_api import DEFAULT_API_PORT, ApiAccess, prepare_api, sign_in_link, wait_for_api
 from .up_record import UpClaim, UpRecord, stop_services
@@ -76,6 +77,7 @@ def register(sub: Any) -> None:
         help="first port of the services' /metrics endpoints, one port each from there "
         f"(env {METRICS_BASE_ENV}, default {DEFAULT_METRICS_BASE}; 0 turns them off)",
     )
+    add_pg_clusters_option(parser)
     parser.set_defaults(func=_run)
 
 
@@ -97,7 +99,7 @@ def _run(args: argparse.Namespace) -> int:
             _clear_stale(claim.previous, data_dir, sup)
         signals.raise_if_requested()
         sup.say("duetime", f"stack.starting data_dir={data_dir}")
-        stack = EmbeddedStack(data_dir, die_with_owner=True)
+        stack = EmbeddedStack(data_dir, die_with_owner=True, pg_clusters=args.pg_clusters)
         owns_stack = not all(s.healthy for s in stack.status())
         _record(claim, owns_stack, sup)  # before starting: a crash mid-start is cleared too
         urls = stack.up()

@@ -41,7 +41,9 @@ _logger = logging.getLogger(__name__)
 class Component(abc.ABC):
     """One server process of the embedded stack, identified by pid and start time."""
 
-    name: ClassVar[str]
+    #: The component's name in ``stack.json``, logs and events (``logs/<name>.log``); a class
+    #: attribute, set per object where a stack runs several of a kind (``postgres-2``).
+    name: str
     #: Signals sent in order with the grace period after each; SIGKILL follows if all are ignored.
     stop_steps: ClassVar[tuple[tuple[signal.Signals, float], ...]] = ((signal.SIGTERM, 10.0),)
     #: What the kernel sends the server when its owner dies (``die_with_owner``): the signal

@@ -14,7 +14,6 @@ import importlib.resources
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import ClassVar
 
 from duetime.errors import StackError
 from duetime_infra.component import Component
@@ -37,7 +36,7 @@ def etcd_binary() -> Path:
 class EtcdServer(Component):
     """Single-member etcd: client port ``port``, peer port ``peer_port``."""
 
-    name: ClassVar[str] = "etcd"
+    name = "etcd"
 
     def __init__(
         self,

@@ -53,7 +53,7 @@ def tansu_binary() -> Path:
 class KafkaBroker(Component):
     """A single tansu broker on ``127.0.0.1:<port>``."""
 
-    name: ClassVar[str] = "kafka"
+    name = "kafka"
     stop_steps: ClassVar[tuple[tuple[signal.Signals, float], ...]] = ((signal.SIGTERM, 0.5),)
     # Ignored SIGTERM would leave it running after its owner died; it keeps nothing on disk.
     parent_death_signal: ClassVar[signal.Signals] = signal.SIGKILL

@@ -1,5 +1,9 @@
 """PostgreSQL 16 from the pgserver wheel, data under ``<data dir>/postgres``.
 
+A stack with several clusters runs one server per cluster: cluster ``k`` (from 1) is the
+component ``postgres`` for ``k = 1`` and ``postgres-k`` after it, with its files under
+``<data dir>/<name>`` and its output in ``logs/<name>.log``.
+
 The postmaster is run directly (not through ``pg_ctl``) so the pid we record is the server's own
 and its output goes to ``logs/postgres.log``. It listens on ``127.0.0.1:<port>`` and on a unix
 socket inside the data dir (never ``/var/run/postgresql``, which may not exist or belong to a
@@ -38,7 +42,7 @@ from duetime_infra.processes import (
     wait_exit,
 )
 
-__all__ = ["DEFAULT_DATABASE", "PostgresServer"]
+__all__ = ["DEFAULT_DATABASE", "PostgresServer", "cluster_name", "has_cluster_data"]
 
 DEFAULT_DATABASE = "duetime"
 # sun_path is 108 bytes including the terminating NUL.
@@ -51,10 +55,20 @@ _NON_DURABLE = {"fsync": "off", "synchronous_commit": "off", "full_page_writes":
 _logger = logging.getLogger(__name__)
 
 
+def cluster_name(cluster: int) -> str:
+    """The component name of cluster ``cluster`` (from 1): ``postgres``, ``postgres-2``, ..."""
+    return "postgres" if cluster == 1 else f"postgres-{cluster}"
+
+
+def has_cluster_data(data_dir: Path, cluster: int) -> bool:
+    """Whether the stack in ``data_dir`` has initialised cluster ``cluster``'s data."""
+    return (Path(data_dir).absolute() / cluster_name(cluster) / "data" / "PG_VERSION").is_file()
+
+
 class PostgresServer(Component):
     """One PostgreSQL cluster with the database ``database`` created on first start."""
 
-    name: ClassVar[str] = "postgres"
+    name = "postgres"
     # SIGINT = fast shutdown; SIGQUIT = immediate shutdown (crash recovery on next start).
     stop_steps: ClassVar[tuple[tuple[signal.Signals, float], ...]] = (
         (signal.SIGINT, 15.0),
@@ -68,6 +82,7 @@ class PostgresServer(Component):
         data_dir: Path,
         *,
         port: int | None = None,
+        cluster: int = 1,
         database: str = DEFAULT_DATABASE,
         durable: bool = True,
         settings: Mapping[str, str] | None = None,
@@ -76,6 +91,7 @@ class PostgresServer(Component):
         die_with_owner: bool = False,
     ) -> None:
         """Args beyond Component's:
+        cluster: which of the stack's clusters (from 1); names its component and directory.
         database: created on first start; the URL points at it.
         durable: False turns off fsync, synchronous_commit and full_page_writes (tests only).
         settings: extra ``-c name=value`` server settings, e.g. ``{"max_connections": "200"}``.
@@ -83,13 +99,15 @@ class PostgresServer(Component):
         super().__init__(
             data_dir, port=port, env=env, on_change=on_change, die_with_owner=die_with_owner
         )
+        self.name = cluster_name(cluster)
+        self.cluster = cluster
         self.database = database
         self._settings = {**({} if durable else _NON_DURABLE), **(settings or {})}
         self._os_user: OsUser | None = None
 
     @property
     def pg_dir(self) -> Path:
-        return self.data_dir / "postgres"
+        return self.data_dir / self.name
 
     @property
     def pgdata(self) -> Path:

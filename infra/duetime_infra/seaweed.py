@@ -80,7 +80,7 @@ def _admin_pair() -> int:
 class SeaweedS3(Component):
     """``weed mini`` serving S3 on ``127.0.0.1:<port>`` with one bucket, ``S3_BUCKET``."""
 
-    name: ClassVar[str] = "s3"
+    name = "s3"
     ADMIN_GRPC_OFFSET: ClassVar[int] = _ADMIN_GRPC_OFFSET
     stop_steps: ClassVar[tuple[tuple[signal.Signals, float], ...]] = ((signal.SIGTERM, 10.0),)
 

@@ -7,8 +7,18 @@ ones overlap. Any component can be an external server instead: when its URL is s
 environment (``DUETIME_DATABASE_URL``, ``DUETIME_KAFKA_BOOTSTRAP``, ``DUETIME_ETCD_ENDPOINTS``,
 ``DUETIME_S3_ENDPOINT``), it is health-checked and passed through, never started or stopped.
 
+Several PostgreSQL clusters (``pg_clusters=N``): N servers, ``postgres``, ``postgres-2``, ...,
+each with its own port, data, log and pid record, all migrated; ``stack.env`` then also holds
+``DUETIME_SHARD_MAP`` placing the shards evenly on them (``ShardMap.even``), and
+``DUETIME_DATABASE_URL`` is the first (the home cluster). The number of clusters of a data dir is
+fixed once it holds their data: jobs live in their shard's cluster, so ``up`` with another N is
+refused rather than moving shards silently. External clusters: ``DUETIME_SHARD_MAP`` in the
+environment names them (checked healthy, migrated, passed through), as ``DUETIME_DATABASE_URL``
+names one.
+
 Files under the data dir: ``stack.json`` (pids, ports), ``stack.env`` (the URLs, read by
-``duetime.config.load_settings``), ``logs/<component>.log``, ``postgres/``, ``etcd/``, ``s3/``.
+``duetime.config.load_settings``), ``logs/<component>.log``, ``postgres/`` (``postgres-2/``...),
+``etcd/``, ``s3/``.
 """
 
 from __future__ import annotations
@@ -21,15 +31,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from duetime.config import STACK_ENV_FILE, write_env_file
-from duetime.errors import DuetimeError, StackError
+from duetime.config import SHARD_MAP_KEY, STACK_ENV_FILE, write_env_file
+from duetime.errors import ConfigError, DuetimeError, StackError
 from duetime.logs import event
+from duetime.shard_map import ShardMap
 from duetime_infra.component import DEFAULT_START_TIMEOUT, Component
 from duetime_infra.etcd import EtcdServer
 from duetime_infra.health import probe_etcd, probe_kafka, probe_postgres, probe_s3
 from duetime_infra.kafka import KafkaBroker
 from duetime_infra.ports import find_free_port, port_is_free
-from duetime_infra.postgres import PostgresServer
+from duetime_infra.postgres import PostgresServer, cluster_name, has_cluster_data
 from duetime_infra.processes import is_running
 from duetime_infra.seaweed import SeaweedS3
 from duetime_infra.state import ComponentRecord, StateFile
@@ -37,6 +48,7 @@ from duetime_infra.state import ComponentRecord, StateFile
 __all__ = [
     "COMPONENTS",
     "ENV_KEYS",
+    "MAX_PG_CLUSTERS",
     "S3_CLIENT_KEYS",
     "ComponentStatus",
     "EmbeddedStack",
@@ -51,6 +63,8 @@ ENV_KEYS = {
     "etcd": "DUETIME_ETCD_ENDPOINTS",
     "s3": "DUETIME_S3_ENDPOINT",
 }
+#: The most PostgreSQL clusters one embedded stack runs (``pg_clusters``).
+MAX_PG_CLUSTERS = 8
 #: What an S3 client needs besides the endpoint; passed through from the environment for an
 #: external endpoint, the embedded server's own for the embedded one.
 S3_CLIENT_KEYS = ("DUETIME_S3_BUCKET", "DUETIME_S3_ACCESS_KEY_ID", "DUETIME_S3_SECRET_ACCESS_KEY")
@@ -77,11 +91,20 @@ class StackUrls:
     s3_endpoint: str = ""
     #: ``S3_CLIENT_KEYS`` -> value: the bucket and the key pair that go with ``s3_endpoint``.
     s3_client: Mapping[str, str] = field(default_factory=dict)
+    #: ``DUETIME_SHARD_MAP`` with several clusters (``database_url`` is then the home one).
+    shard_map: str = ""
+
+    def clusters(self) -> ShardMap:
+        """The PostgreSQL clusters: the shard map, or every shard in ``database_url``."""
+        if self.shard_map:
+            return ShardMap.parse(self.shard_map)
+        return ShardMap.single(self.database_url)
 
     def as_env(self) -> dict[str, str]:
         """The non-empty URLs under their ``DUETIME_*`` names, as ``stack.env`` holds them."""
         values = {
             ENV_KEYS["postgres"]: self.database_url,
+            SHARD_MAP_KEY: self.shard_map,
             ENV_KEYS["kafka"]: self.kafka_bootstrap,
             ENV_KEYS["etcd"]: self.etcd_endpoints,
             ENV_KEYS["s3"]: self.s3_endpoint,
@@ -114,6 +137,7 @@ class EmbeddedStack:
         postgres_settings: Mapping[str, str] | None = None,
         start_timeout: float = DEFAULT_START_TIMEOUT,
         die_with_owner: bool = False,
+        pg_clusters: int | None = None,
     ) -> None:
         """Args:
         data_dir: where pids, ports, logs and server data live (created if missing).
@@ -128,11 +152,19 @@ class EmbeddedStack:
             that started them exits, however the process ends (Linux); for ``duetime up`` and
             test sessions. ``duetime stack up`` leaves it off: its servers outlive the command.
             Servers found running are reused as they are.
+        pg_clusters: how many PostgreSQL clusters to run (1 to ``MAX_PG_CLUSTERS``); None =
+            as many as the data dir holds, else one. ``up`` refuses a number other than the
+            data dir's: the shard map of existing data does not change silently.
         """
         unknown = set(components) - set(COMPONENTS)
         if unknown:
             raise ValueError(f"unknown stack components: {sorted(unknown)}")
         self.data_dir = Path(data_dir).absolute()
+        if pg_clusters is not None and not 1 <= pg_clusters <= MAX_PG_CLUSTERS:
+            raise ConfigError(
+                f"the number of PostgreSQL clusters must be 1 to {MAX_PG_CLUSTERS}, "
+                f"not {pg_clusters}"
+            )
         self.components = tuple(name for name in COMPONENTS if name in components)
         self._env = dict(os.environ if env is None else env)
         self._migrate = migrate
@@ -141,15 +173,22 @@ class EmbeddedStack:
         self._start_timeout = start_timeout
         self._die_with_owner = die_with_owner
         self._state = StateFile(self.data_dir)
-        self._external = {
-            name: self._env[ENV_KEYS[name]]
+        self._external_map: ShardMap | None = None
+        self._external: dict[str, str] = {}
+        if "postgres" in self.components:
+            self._external = self._external_clusters(pg_clusters)
+        self._external.update(
+            (name, self._env[ENV_KEYS[name]])
             for name in self.components
-            if self._env.get(ENV_KEYS[name])
-        }
+            if name != "postgres" and self._env.get(ENV_KEYS[name])
+        )
         records = self._state.load()
+        self._pg_requested = pg_clusters
+        #: The clusters ``up`` runs; ``down`` and ``status`` also see any more the dir records.
+        self.pg_clusters = pg_clusters or self._existing_clusters(records) or 1
         self._components: dict[str, Component] = {
             name: self._make(name, records.get(name))
-            for name in self.components
+            for name in self._names(records)
             if name not in self._external
         }
 
@@ -171,11 +210,71 @@ class EmbeddedStack:
     def s3(self) -> SeaweedS3:
         return self._typed("s3", SeaweedS3)
 
+    @property
+    def clusters(self) -> list[PostgresServer]:
+        """The embedded PostgreSQL servers ``up`` runs, the home cluster first."""
+        return [
+            self._typed(cluster_name(k), PostgresServer) for k in range(1, self.pg_clusters + 1)
+        ]
+
     def _typed(self, name: str, kind: type[_C]) -> _C:
         component = self._components.get(name)
         if not isinstance(component, kind):
             raise StackError(f"{name} is not managed by this stack (external or not included)")
         return component
+
+    def _names(self, records: Mapping[str, ComponentRecord]) -> list[str]:
+        """The components this object handles, PostgreSQL clusters first (home first).
+
+        Beyond the ``pg_clusters`` that ``up`` runs, every cluster the data dir records, so
+        that ``down`` stops and ``status`` shows all of them.
+        """
+        names: list[str] = []
+        if "postgres" in self.components:
+            recorded = [k for k in range(1, MAX_PG_CLUSTERS + 1) if cluster_name(k) in records]
+            external = sum(1 for name in self._external if _kind(name) == "postgres")
+            count = max(self.pg_clusters, external, *recorded)
+            names = [cluster_name(k) for k in range(1, count + 1)]
+        return names + [name for name in self.components if name != "postgres"]
+
+    def _wanted(self) -> list[str]:
+        """The components ``up`` makes healthy: the first ``pg_clusters`` clusters, the rest."""
+        extra = {cluster_name(k) for k in range(self.pg_clusters + 1, MAX_PG_CLUSTERS + 1)}
+        return [name for name in self._names({}) if name not in extra]
+
+    def _existing_clusters(self, records: Mapping[str, ComponentRecord]) -> int:
+        """How many clusters the data dir holds: the highest with data or a live server."""
+        found = 0
+        for k in range(1, MAX_PG_CLUSTERS + 1):
+            record = records.get(cluster_name(k))
+            live = record is not None and record.process is not None and is_running(record.process)
+            if live or has_cluster_data(self.data_dir, k):
+                found = k
+        return found
+
+    def _external_clusters(self, pg_clusters: int | None) -> dict[str, str]:
+        """External PostgreSQL: the clusters of ``DUETIME_SHARD_MAP`` (home first), or the one
+        ``DUETIME_DATABASE_URL``; none when neither is set."""
+        urls: list[str] = []
+        raw_map = self._env.get(SHARD_MAP_KEY, "")
+        database_url = self._env.get(ENV_KEYS["postgres"], "")
+        if raw_map:
+            self._external_map = shard_map = ShardMap.parse(raw_map)
+            if database_url and database_url != shard_map.home_url:
+                raise ConfigError(
+                    f"{ENV_KEYS['postgres']} must be the cluster of shard 0 in {SHARD_MAP_KEY} "
+                    "(the home cluster), or be left unset"
+                )
+            home = shard_map.home_url
+            urls = [home, *(url for url in shard_map.urls if url != home)]
+        elif database_url:
+            urls = [database_url]
+        if urls and pg_clusters is not None and pg_clusters != len(urls):
+            raise ConfigError(
+                f"{pg_clusters} PostgreSQL cluster(s) asked for, but PostgreSQL is external "
+                f"here: {SHARD_MAP_KEY if raw_map else ENV_KEYS['postgres']} names {len(urls)}"
+            )
+        return {cluster_name(k): url for k, url in enumerate(urls, start=1)}
 
     def _make(self, name: str, record: ComponentRecord | None) -> Component:
         """Build the component object, reusing the recorded ports (and process, if alive)."""
@@ -191,10 +290,11 @@ class EmbeddedStack:
         main_port = port(None if record is None else record.port)
         aux = {} if record is None else dict(record.aux_ports)
         component: Component
-        if name == "postgres":
+        if _kind(name) == "postgres":
             component = PostgresServer(
                 self.data_dir,
                 port=main_port,
+                cluster=_cluster_number(name),
                 durable=self._durable,
                 settings=self._postgres_settings,
                 env=self._env,
@@ -277,7 +377,7 @@ class EmbeddedStack:
                 return self._external[name]
             if name in self._components:
                 return self._components[name].url
-            return self._env.get(ENV_KEYS[name], "")
+            return self._env.get(ENV_KEYS[_kind(name)], "")
 
         s3_client: dict[str, str] = {}
         s3 = self._components.get("s3")
@@ -285,13 +385,22 @@ class EmbeddedStack:
             s3_client = s3.client_env()
         elif "s3" in self._external:
             s3_client = {key: self._env[key] for key in S3_CLIENT_KEYS if self._env.get(key)}
-        return StackUrls(url("postgres"), url("kafka"), url("etcd"), url("s3"), s3_client)
+        shard_map = ""
+        if self._external_map is not None:
+            shard_map = self._external_map.render()
+        elif "postgres" in self.components and self.pg_clusters > 1:
+            clusters = [url(cluster_name(k)) for k in range(1, self.pg_clusters + 1)]
+            shard_map = ShardMap.even(clusters).render()
+        return StackUrls(
+            url("postgres"), url("kafka"), url("etcd"), url("s3"), s3_client, shard_map
+        )
 
     def up(self) -> StackUrls:
         """Make every component healthy, apply migrations, write ``stack.env``; idempotent."""
         began = time.monotonic()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with self._state.locked():
+            self._check_cluster_count()
             self._refresh()
             for name, url in self._external.items():
                 self._check_external(name, url)
@@ -299,7 +408,8 @@ class EmbeddedStack:
             self._persist()
             urls = self.urls()
             if self._migrate and "postgres" in self.components:
-                self._apply_migrations(urls.database_url)
+                for database_url in urls.clusters().urls:
+                    self._apply_migrations(database_url)
             write_env_file(self.data_dir / STACK_ENV_FILE, urls.as_env())
         event(
             _logger,
@@ -309,11 +419,25 @@ class EmbeddedStack:
         )
         return urls
 
+    def _check_cluster_count(self) -> None:
+        """Refuse to run another number of clusters than the data dir holds data for."""
+        if "postgres" in self._external:
+            return
+        existing = self._existing_clusters(self._state.load())
+        if existing and existing != self.pg_clusters:
+            raise StackError(
+                f"the stack in {self.data_dir} has {existing} PostgreSQL cluster(s), and its jobs "
+                f"are placed on them by shard; bring it up with --pg-clusters {existing}, or "
+                f"remove {self.data_dir} (its data is lost) to start afresh with "
+                f"{self.pg_clusters}"
+            )
+
     def _start_managed(self) -> None:
         spawned: list[Component] = []
         waiting: list[Component] = []
+        wanted = [self._components[n] for n in self._wanted() if n in self._components]
         try:
-            for component in self._components.values():
+            for component in wanted:
                 if component.running():
                     if component.healthy():
                         event(
@@ -337,10 +461,12 @@ class EmbeddedStack:
             raise
 
     def _check_external(self, name: str, url: str) -> None:
+        kind = _kind(name)
+        key = SHARD_MAP_KEY if kind == "postgres" and self._external_map else ENV_KEYS[kind]
         deadline = time.monotonic() + min(self._start_timeout, _EXTERNAL_WAIT)
-        while not _PROBES[name](url, 2.0):
+        while not _PROBES[kind](url, 2.0):
             if time.monotonic() >= deadline:
-                raise StackError(f"external {name} at {url} ({ENV_KEYS[name]}) is not healthy")
+                raise StackError(f"external {name} at {url} ({key}) is not healthy")
             time.sleep(0.2)
         event(_logger, "stack.external_used", component=name, url=url)
 
@@ -357,6 +483,7 @@ class EmbeddedStack:
         event(
             _logger,
             "stack.migrations_applied",
+            database=_without_password(database_url),
             count=len(applied),
             versions=",".join(applied) or "-",
         )
@@ -382,7 +509,7 @@ class EmbeddedStack:
         self._refresh()
         records = self._state.load()
         statuses = []
-        for name in self.components:
+        for name in self._names(records):
             record = records.get(name)
             external_url = self._external.get(name)
             managed = self._components.get(name)
@@ -396,13 +523,29 @@ class EmbeddedStack:
                 external_url = record.url
             if external_url is not None or managed is None:
                 url = external_url or ""
-                healthy = bool(url) and _PROBES[name](url, 2.0)
+                healthy = bool(url) and _PROBES[_kind(name)](url, 2.0)
                 statuses.append(ComponentStatus(name, url, None, healthy, True))
                 continue
             # A component never started here has no URL yet: its port is only a candidate.
             url = managed.url if record is not None or managed.running() else ""
             statuses.append(ComponentStatus(name, url, managed.pid, managed.healthy(), False))
         return statuses
+
+
+def _kind(name: str) -> str:
+    """The kind of a component: ``postgres`` for every cluster (``postgres-2``...)."""
+    return "postgres" if name.startswith("postgres") else name
+
+
+def _cluster_number(name: str) -> int:
+    """1 for ``postgres``, k for ``postgres-k``."""
+    return int(name.rpartition("-")[2]) if "-" in name else 1
+
+
+def _without_password(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def _s3_aux_ports(
