@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -112,7 +113,8 @@ def _up(args: argparse.Namespace) -> int:
     stack = _stack(args, migrate=not args.no_migrate)
     urls = stack.up()
     for key, value in urls.as_env().items():
-        print(f"{key}={value}")
+        # Quoted where the shell needs it: a shard map's ``;`` would end the assignment.
+        print(f"{key}={shlex.quote(value)}")
     return 0
 
 

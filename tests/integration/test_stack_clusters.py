@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import psycopg
@@ -173,7 +174,15 @@ def test_cli_stack_up_status_down_with_two_clusters(
         assert main(["stack", "up", "--data-dir", data_dir, "--pg-clusters", "2"]) == 0
         printed = capsys.readouterr().out
         env = read_env_file(Path(data_dir) / "stack.env")
-        assert f"DUETIME_SHARD_MAP={env['DUETIME_SHARD_MAP']}" in printed
+        assert f"DUETIME_SHARD_MAP='{env['DUETIME_SHARD_MAP']}'" in printed
+        # The printed lines are shell assignments (``eval "$(duetime stack up)"``).
+        shell = subprocess.run(
+            ["sh", "-c", f'{printed}\nprintf %s "$DUETIME_SHARD_MAP"'],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert shell.stdout == env["DUETIME_SHARD_MAP"]
         clusters = ShardMap.parse(env["DUETIME_SHARD_MAP"])
         assert len(clusters.urls) == 2 and env["DUETIME_DATABASE_URL"] == clusters.home_url
 
