@@ -26,6 +26,7 @@ from duetime.store import Store
 from duetime.store.clusters import ClusterStores
 from duetime.store.jobs import jobs_apply_clusters
 from duetime_infra import StackUrls
+from tests.fixtures.clusters import job_ids_on
 
 from .pipeline import Pipeline
 
@@ -50,14 +51,7 @@ class _Clusters:
         jobs_apply_clusters(self.stores, parse_jobs([_job(j) for j in job_ids]))
 
     def ids(self, cluster: int, count: int, prefix: str) -> list[str]:
-        found: list[str] = []
-        n = 0
-        while len(found) < count:
-            job_id = f"{prefix}-{n}"
-            if self.map.cluster_of_job(job_id) == cluster:
-                found.append(job_id)
-            n += 1
-        return found
+        return job_ids_on(self.map, cluster, count, prefix)
 
     def planned(self, cluster: int) -> dict[str, int]:
         """Runs per job in ``cluster``."""

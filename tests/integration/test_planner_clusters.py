@@ -10,7 +10,6 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from itertools import count, islice
 from typing import Any
 
 import pytest
@@ -32,6 +31,7 @@ from duetime_planner.clusters import ClusterPlanners
 from duetime_planner.config import PlannerConfig
 from duetime_planner.ingest import IngestStats, JobIngest
 from duetime_planner.ports import ShardOwner
+from tests.fixtures.clusters import job_ids_on
 
 pytestmark = pytest.mark.integration
 
@@ -59,12 +59,6 @@ def two(cluster_urls: tuple[str, str], stack: Any) -> Iterator[_Two]:
         settings, clusters, Producer(producer_config(settings)), TopicCatalog(settings.topic_prefix)
     )
     clusters.close()
-
-
-def _ids(cluster: int, prefix: str, n: int, shard_map: ShardMap) -> list[str]:
-    """``n`` job ids whose shards live in ``cluster``."""
-    found = (f"{prefix}-{i}" for i in count())
-    return list(islice((j for j in found if shard_map.cluster_of_job(j) == cluster), n))
 
 
 def _job(job_id: str, **extra: Any) -> Any:
@@ -124,8 +118,8 @@ def _read_only(store: Store, on: bool) -> None:
 
 def test_each_cluster_plans_and_publishes_only_its_own_jobs(two: _Two) -> None:
     shard_map = two.clusters.shard_map
-    first = _ids(0, "a", 6, shard_map)
-    second = _ids(1, "b", 6, shard_map)
+    first = job_ids_on(shard_map, 0, 6, "a")
+    second = job_ids_on(shard_map, 1, 6, "b")
     jobs_apply_clusters(two.clusters, [_job(j) for j in first + second])
     planners = _planners(two, PlannerConfig(lookahead=timedelta(seconds=3)))
     done = planners.run_once(_today())
@@ -147,7 +141,7 @@ def test_the_forecast_of_a_rate_limited_target_stays_in_the_home_cluster(two: _T
         flow.set_limits(tx.conn, "limited.example.com", rate=2.0)
         now = tx.db_now()
     due = (now + timedelta(minutes=2)).replace(microsecond=0)
-    ids = _ids(1, "win", 40, two.clusters.shard_map)
+    ids = job_ids_on(two.clusters.shard_map, 1, 40, "win")
     jobs = [
         _job(
             j,
@@ -170,7 +164,7 @@ def test_the_forecast_of_a_rate_limited_target_stays_in_the_home_cluster(two: _T
 
 def test_a_cluster_that_fails_does_not_stop_the_other(two: _Two) -> None:
     shard_map = two.clusters.shard_map
-    first, second = _ids(0, "up", 3, shard_map), _ids(1, "down", 3, shard_map)
+    first, second = job_ids_on(shard_map, 0, 3, "up"), job_ids_on(shard_map, 1, 3, "down")
     jobs_apply_clusters(two.clusters, [_job(j) for j in first + second])
     home, other = two.clusters.stores
     clock = [100.0]
@@ -203,9 +197,9 @@ def test_etcd_mode_two_planners_fence_each_shard_in_its_own_cluster(two: _Two) -
     """Two planners each own shards on both clusters: each plans only its own, claims them in
     the shard's cluster, and a planner whose shards moved is refused there."""
     shard_map = two.clusters.shard_map
-    a0, a1 = _ids(0, "a", 1, shard_map)[0], _ids(1, "a", 1, shard_map)[0]
-    b0 = next(j for j in _ids(0, "b", 20, shard_map) if shard_for(j) != shard_for(a0))
-    b1 = next(j for j in _ids(1, "b", 20, shard_map) if shard_for(j) != shard_for(a1))
+    a0, a1 = job_ids_on(shard_map, 0, 1, "a")[0], job_ids_on(shard_map, 1, 1, "a")[0]
+    b0 = next(j for j in job_ids_on(shard_map, 0, 20, "b") if shard_for(j) != shard_for(a0))
+    b1 = next(j for j in job_ids_on(shard_map, 1, 20, "b") if shard_for(j) != shard_for(a1))
     jobs_apply_clusters(two.clusters, [_job(j) for j in (a0, a1, b0, b1)])
     owner_a = _Owner({shard_for(a0): 5, shard_for(a1): 5})
     owner_b = _Owner({shard_for(b0): 6, shard_for(b1): 6})
@@ -248,7 +242,7 @@ def test_the_ingest_writes_each_job_to_its_cluster_and_a_failed_cluster_loses_no
     two: _Two,
 ) -> None:
     shard_map = two.clusters.shard_map
-    first, second = _ids(0, "in", 4, shard_map), _ids(1, "in", 4, shard_map)
+    first, second = job_ids_on(shard_map, 0, 4, "in"), job_ids_on(shard_map, 1, 4, "in")
     _produce(two, [_job(j, version=1) for j in first + second])
     consumer = Consumer(consumer_config(two.settings, f"{two.settings.topic_prefix}planner-ingest"))
     ingest = JobIngest(two.clusters, consumer, two.producer, two.catalog)

@@ -8,7 +8,6 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from itertools import count
 
 import pytest
 
@@ -20,6 +19,7 @@ from duetime_planner.clusters import ClusterPlanners
 from duetime_planner.config import PlannerConfig
 from duetime_planner.ports import ShardOwner
 from tests.fakes.planner_store import FakePlannerStore, FakePlannerTx, FakeProducer, due_job
+from tests.fixtures.clusters import job_ids_on
 
 NOW = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
 CONFIG = PlannerConfig(
@@ -29,10 +29,7 @@ TWO = ShardMap.even(["postgresql://a/duetime", "postgresql://b/duetime"])  # 0-6
 
 
 def _job_id(cluster: int, prefix: str) -> str:
-    """The first ``prefix-N`` whose shard lives in ``cluster`` of ``TWO``."""
-    return next(
-        f"{prefix}-{n}" for n in count() if TWO.cluster_of[shard_for(f"{prefix}-{n}")] == cluster
-    )
+    return job_ids_on(TWO, cluster, 1, prefix)[0]
 
 
 class _Cluster(FakePlannerStore):
