@@ -183,7 +183,6 @@ class EmbeddedStack:
             if name != "postgres" and self._env.get(ENV_KEYS[name])
         )
         records = self._state.load()
-        self._pg_requested = pg_clusters
         #: The clusters ``up`` runs; ``down`` and ``status`` also see any more the dir records.
         self.pg_clusters = pg_clusters or self._existing_clusters(records) or 1
         self._components: dict[str, Component] = {
@@ -347,6 +346,7 @@ class EmbeddedStack:
 
     def _persist(self) -> None:
         records = self._state.load()
+        wanted = set(self._wanted())
         for name, url in self._external.items():
             records[name] = ComponentRecord(url=url, external=True)
         for name, component in self._components.items():
@@ -358,6 +358,10 @@ class EmbeddedStack:
                 and is_running(on_disk.process)
             ):
                 # A live server another stack object started: not ours to forget.
+                continue
+            if on_disk is not None and on_disk.external and name not in wanted:
+                # An external cluster an earlier ``up`` recorded, beyond those this one runs:
+                # its record stays, so ``status`` still shows where it is.
                 continue
             records[name] = ComponentRecord(
                 url=component.url,

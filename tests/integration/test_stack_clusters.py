@@ -144,6 +144,13 @@ def test_external_clusters_from_the_shard_map_are_checked_migrated_and_passed_th
     assert read_env_file(tmp_path / "stack.env")["DUETIME_SHARD_MAP"] == urls.shard_map
     stack.down()  # never stops an external server
     assert _migrations(home) == _ALL_MIGRATIONS
+    # From a shell without the map, status still shows where the second cluster is.
+    plain_env = {k: v for k, v in os.environ.items() if not k.startswith("DUETIME_")}
+    plain = EmbeddedStack(tmp_path, components=("postgres",), env=plain_env)
+    plain.down()
+    assert [(s.name, s.url, s.external) for s in plain.status()][1:] == [
+        ("postgres-2", second, True)
+    ]
 
     with pytest.raises(ConfigError, match="external"):
         EmbeddedStack(tmp_path, components=("postgres",), env=env, pg_clusters=3)
