@@ -177,3 +177,36 @@ def test_each_planner_is_given_the_instant_of_its_own_turn() -> None:
 def test_stores_must_match_the_shard_map() -> None:
     with pytest.raises(ConfigError, match="1 stores for a shard map of 2 clusters"):
         _planners([_Cluster(NOW)], _Clock())
+
+
+def test_the_lookahead_is_sized_for_the_spikes_of_every_cluster() -> None:
+    """400 jobs due in 100 s on each cluster, planned at 10 jobs/s by one process: alone, a
+    cluster's 40 s of work fits in the base lookahead (30 s) plus the time left, so nothing is
+    planned yet; both together (80 s) do not, so both clusters plan their spike now."""
+    config = PlannerConfig(
+        lookahead=timedelta(seconds=30),
+        max_lookahead=timedelta(minutes=10),
+        planning_rate=10.0,
+        batch_size=1000,
+    )
+    spike = NOW + timedelta(seconds=100)
+    clock = _Clock()
+
+    def spiked(shard_map: ShardMap) -> tuple[ClusterPlanners, list[_Cluster]]:
+        stores = [_Cluster(NOW) for _ in range(shard_map.size)]
+        for cluster, store in enumerate(stores):
+            for job_id in job_ids_on(shard_map, cluster, 400, "spike"):
+                store.add_job(due_job(job_id, next_run_at=spike))
+        planners = ClusterPlanners.build(
+            shard_map, stores, FakeProducer(), TopicCatalog("t."), config, monotonic=clock
+        )
+        return planners, stores
+
+    alone, (only,) = spiked(ShardMap.single("postgresql://a/duetime"))
+    both, stores = spiked(TWO)
+    for _ in range(2):  # the first cluster probed before the second's counts were known
+        alone.run_once(NOW.date())
+        both.run_once(NOW.date())
+        clock.now += config.probe_interval.total_seconds()
+    assert not any(only.runs_of(j) for j in only.state.jobs)
+    assert all(store.runs_of(j) for store in stores for j in store.state.jobs)

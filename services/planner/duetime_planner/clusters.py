@@ -14,6 +14,11 @@ service always ran, with the same pause after a failure.
 
 Each planner is handed the monotonic instant when its turn comes, not the one the round started
 at: a long round on one cluster must not make another plan on a lease that lapsed meanwhile.
+
+Spikes: one process plans its clusters one after another, so a spike due on every cluster at once
+takes the time of all of them. Each planner therefore sizes its lookahead on the jobs due ahead
+on every cluster (``DueAhead``: each cluster's latest probe, at most ``probe_interval`` old) and
+on the process's one planning rate, not on its own cluster alone.
 """
 
 from __future__ import annotations
@@ -23,17 +28,20 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
+from functools import partial
+from operator import itemgetter
 
 from duetime.bus.topics import TopicCatalog
 from duetime.errors import ConfigError, DuetimeError
 from duetime.logs import event
+from duetime.planning import PlanningRate
 from duetime.shard_map import ShardMap
 
 from .config import PlannerConfig
-from .planner import Planner, PlanStats
+from .planner import DueCounts, Planner, PlanStats
 from .ports import PlannerStore, RecordProducer, ShardOwner
 
-__all__ = ["ClusterPlanners", "ClusterRound"]
+__all__ = ["ClusterPlanners", "ClusterRound", "DueAhead"]
 
 log = logging.getLogger("duetime.planner")
 
@@ -51,6 +59,24 @@ class ClusterRound:
         return sum(self.stats.values(), PlanStats())
 
 
+class DueAhead:
+    """The latest histogram of jobs due ahead of every cluster one process plans."""
+
+    def __init__(self) -> None:
+        self._counts: dict[int, DueCounts] = {}
+
+    def combined(self, cluster: int, counts: DueCounts) -> DueCounts:
+        """Record ``cluster``'s ``counts``; every cluster's latest, in time order."""
+        self._counts[cluster] = counts
+        if len(self._counts) == 1:
+            return counts
+        return sorted((c for found in self._counts.values() for c in found), key=itemgetter(0))
+
+    def forget(self, cluster: int) -> None:
+        """A cluster whose round failed: its counts may be stale, its jobs are not planned."""
+        self._counts.pop(cluster, None)
+
+
 class ClusterPlanners:
     """``planners``: (cluster index, its planner) pairs, run in this order every round."""
 
@@ -60,8 +86,10 @@ class ClusterPlanners:
         *,
         retry_interval: float = 2.0,
         monotonic: Callable[[], float] = time.monotonic,
+        due_ahead: DueAhead | None = None,
     ) -> None:
         self.planners = tuple(planners)
+        self.due_ahead = due_ahead
         self.retry_interval = retry_interval
         self._monotonic = monotonic
         self._retry_at: dict[int, float] = {}
@@ -89,6 +117,9 @@ class ClusterPlanners:
         home = stores[home_index]
         configured = set(config.shards)
         planners: list[tuple[int, Planner]] = []
+        several = shard_map.size > 1
+        due_ahead = DueAhead() if several else None
+        rate = PlanningRate(config.planning_rate, min_jobs=config.batch_size)
         for index, store in enumerate(stores):
             shards = tuple(sorted(configured & shard_map.shards_of(index)))
             if not shards:
@@ -97,14 +128,16 @@ class ClusterPlanners:
                 store,
                 producer,
                 catalog,
-                config if shard_map.size == 1 else replace(config, shards=shards),
+                replace(config, shards=shards) if several else config,
                 monotonic=monotonic,
                 ownership=ownership,
                 member=member,
                 home=None if index == home_index else home,
+                due_ahead=None if due_ahead is None else partial(due_ahead.combined, index),
+                rate=rate,
             )
             planners.append((index, planner))
-        return cls(planners, monotonic=monotonic)
+        return cls(planners, monotonic=monotonic, due_ahead=due_ahead)
 
     def run_once(self, today: date) -> ClusterRound:
         """One round on every cluster not pausing after a failure: its runs partitions (when
@@ -124,6 +157,8 @@ class ClusterPlanners:
                 # This cluster's PostgreSQL (or the broker) is away: the others go on.
                 event(log, "planner.round_failed", logging.ERROR, cluster=index, error=exc)
                 self._retry_at[index] = self._monotonic() + self.retry_interval
+                if self.due_ahead is not None:
+                    self.due_ahead.forget(index)
                 failed.append(index)
                 continue
             self._retry_at.pop(index, None)

@@ -56,9 +56,11 @@ from .cold import ColdLoader
 from .config import PlannerConfig
 from .ports import PlannerStore, PlannerTx, RecordProducer, ShardOwner
 
-__all__ = ["PlanStats", "Planner"]
+__all__ = ["DueCounts", "PlanStats", "Planner"]
 
 log = logging.getLogger("duetime.planner")
+# A histogram of the jobs due ahead: (bucket end, jobs due in the bucket), in time order.
+DueCounts = list[tuple[datetime, int]]
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,8 @@ class Planner:
         ownership: ShardOwner | None = None,
         member: str = "planner",
         home: PlannerStore | None = None,
+        due_ahead: Callable[[DueCounts], DueCounts] | None = None,
+        rate: PlanningRate | None = None,
     ) -> None:
         self.store = store
         # The home cluster's store when it is not ``store`` (several clusters): target limits
@@ -156,7 +160,10 @@ class Planner:
         self._last_sweep: float | None = None
         self._last_probe: float | None = None
         self.lookahead = self.config.lookahead
-        self.rate = PlanningRate(self.config.planning_rate, min_jobs=self.config.batch_size)
+        # Several clusters planned by one process: the jobs due ahead on all of them (given this
+        # cluster's, returns every cluster's latest), and the process's one planning rate.
+        self._due_ahead = due_ahead
+        self.rate = rate or PlanningRate(self.config.planning_rate, min_jobs=self.config.batch_size)
         self._limits: dict[str, TargetLimit] = {}
         self._rates_read_at: float | None = None
         self._rate_cache: dict[str, float] = {}
@@ -269,6 +276,8 @@ class Planner:
             counts = tx.jobs_due_histogram(
                 self._round.shards, db_now + cfg.max_lookahead, cfg.probe_bucket, cfg.probe_cap
             )
+        if self._due_ahead is not None:
+            counts = self._due_ahead(counts)
         lookahead = lookahead_for(
             now=db_now,
             base=cfg.lookahead,
