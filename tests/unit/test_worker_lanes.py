@@ -50,10 +50,8 @@ class GatedTargets:
 
     def __init__(self, gates: dict[str, asyncio.Event] | None = None) -> None:
         self.gates = gates or {}
-        self.started: dict[str, asyncio.Event] = {job: asyncio.Event() for job in CLUSTER_OF}
 
     async def execute(self, run: RunEvent, claim: Claim) -> AttemptOutcome:
-        self.started[run.job_id].set()
         gate = self.gates.get(run.job_id)
         if gate is not None:
             await gate.wait()

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from duetime.bus.lag import ConsumerLagProbe
@@ -131,9 +131,12 @@ class Alerting:
             await self._pause(self.config.check_interval.total_seconds())
 
 
-def make_alerting(settings: Settings, store: Store, config: AlertConfig) -> Alerting:
-    """The reaper's alerting: the sender over the PostgreSQL queue, and the condition checks
-    with the workers' lag on ``runs.ready`` read from the broker."""
+def make_alerting(
+    settings: Settings, store: Store, config: AlertConfig, *, clusters: Sequence[Store] = ()
+) -> Alerting:
+    """The reaper's alerting: the sender over the PostgreSQL queue of ``store`` (the home
+    cluster), and the condition checks (runs measured on every one of ``clusters``) with the
+    workers' lag on ``runs.ready`` read from the broker."""
     catalog = TopicCatalog(settings.topic_prefix)
     lag = ConsumerLagProbe(settings, catalog.workers_group, catalog.ready)
     sender = AlertSender(PgAlertQueue(store), config)
@@ -141,4 +144,5 @@ def make_alerting(settings: Settings, store: Store, config: AlertConfig) -> Aler
         event(log, "alert.unsigned", logging.WARNING, hint="set DUETIME_ALERT_SECRET")
     if not config.webhook:
         event(log, "alert.no_webhook", hint="only tenants with a webhook get alert deliveries")
-    return Alerting(sender, ConditionChecks(store, config, lag), on_stop=lag.close)
+    checks = ConditionChecks(store, config, lag, clusters=clusters)
+    return Alerting(sender, checks, on_stop=lag.close)

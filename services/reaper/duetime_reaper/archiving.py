@@ -10,6 +10,11 @@ Without object storage configured (no ``DUETIME_S3_BUCKET`` in the environment o
 ``stack.env``) nothing is archived and runs stay in the database; ``archive.disabled`` says so
 once at start. ``DUETIME_ARCHIVE_INTERVAL`` (seconds, default 3600; ``off``) sets the period;
 the first run is ``DUETIME_ARCHIVE_FIRST_DELAY`` (default 60) seconds after the start.
+
+With several PostgreSQL clusters each cluster's partitions are archived by an archiver of its
+own (its own advisory lock), under the cluster's key prefix (``duetime.archive.cluster_keys``:
+``<prefix>cluster-<index>/`` beyond cluster 0), one after the other; a cluster whose run fails
+is logged and the others are still archived.
 """
 
 from __future__ import annotations
@@ -17,11 +22,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from duetime.archive.archiver import ArchiveConfig, Archiver, retention_from_env
+from duetime.archive.cluster_keys import cluster_prefix
 from duetime.archive.objects import S3ObjectStore, S3Settings
 from duetime.errors import ConfigError, DuetimeError
 from duetime.logs import event
@@ -66,17 +72,18 @@ class ArchiveSchedule:
 
 
 class PeriodicArchive:
-    """Calls ``archiver.run_once`` every ``interval`` until stopped; failures are logged and
-    the next period tries again (a partition that failed stays in the database)."""
+    """Calls each cluster's ``archiver.run_once`` every ``interval`` until stopped; failures
+    are logged and the next period tries again (a partition that failed stays in the
+    database)."""
 
     def __init__(
         self,
-        archiver: Archiver,
+        archivers: Sequence[Archiver],
         schedule: ArchiveSchedule,
         *,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        self.archiver = archiver
+        self.archivers = archivers
         self.schedule = schedule
         self._clock = clock
         self._stop = threading.Event()
@@ -99,17 +106,29 @@ class PeriodicArchive:
             return
         wait = self.schedule.first_delay.total_seconds()
         while not self._stop.wait(wait):
-            try:
-                self.archiver.run_once(self._clock())
-            except DuetimeError as exc:
-                event(log, "archive.run_failed", logging.ERROR, error=exc)
+            self.run_once()
             wait = interval.total_seconds()
+
+    def run_once(self) -> int:
+        """One run of every cluster's archiver; returns how many failed (each logged)."""
+        failed = 0
+        for cluster, archiver in enumerate(self.archivers):
+            if self._stop.is_set():
+                break
+            try:
+                archiver.run_once(self._clock())
+            except DuetimeError as exc:
+                failed += 1
+                event(log, "archive.run_failed", logging.ERROR, cluster=cluster, error=exc)
+        return failed
 
 
 def make_periodic_archive(
-    store: Store, env: Mapping[str, str] | None = None
+    store: Store, env: Mapping[str, str] | None = None, *, clusters: Sequence[Store] = ()
 ) -> PeriodicArchive | None:
-    """The reaper's archive thread, or None (logged) when it is off or has no storage."""
+    """The reaper's archive thread, or None (logged) when it is off or has no storage.
+
+    ``clusters``: every cluster's store in cluster order (default: ``store``, one cluster)."""
     schedule = ArchiveSchedule.from_env(env)
     if schedule.interval is None:
         event(log, "archive.disabled", reason="DUETIME_ARCHIVE_INTERVAL=off")
@@ -118,11 +137,17 @@ def make_periodic_archive(
     if settings is None:
         event(log, "archive.disabled", reason="no object storage (DUETIME_S3_BUCKET)")
         return None
-    archiver = Archiver(
-        store,
-        S3ObjectStore(settings),
-        ArchiveConfig(retention=schedule.retention, prefix=settings.prefix),
-    )
+    objects = S3ObjectStore(settings)
+    archivers = [
+        Archiver(
+            cluster_store,
+            objects,
+            ArchiveConfig(
+                retention=schedule.retention, prefix=cluster_prefix(settings.prefix, cluster)
+            ),
+        )
+        for cluster, cluster_store in enumerate(clusters or (store,))
+    ]
     event(
         log,
         "archive.scheduled",
@@ -130,4 +155,4 @@ def make_periodic_archive(
         retention_days=schedule.retention.days,
         bucket=settings.bucket,
     )
-    return PeriodicArchive(archiver, schedule)
+    return PeriodicArchive(archivers, schedule)

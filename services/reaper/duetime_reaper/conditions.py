@@ -15,23 +15,32 @@ several reapers checking at once raise each transition once. ``duetime.alerts.co
 when a condition fires and resolves; each transition enqueues one alert for the operator's
 webhook whose subject is ``<episode>.firing`` or ``<episode>.resolved``. Database measurements use
 the database clock, like lease expiry; ``run_once(now)`` takes the clock the hold time runs on.
+
+With several PostgreSQL clusters the runs measurements read every cluster (one query each): the
+backlog is the sum of the clusters' (its oldest run the oldest of them all), the lateness the
+worst cluster's p99 (a late cluster is late even when the others pull the overall p99 under
+the threshold). A cluster that cannot be read fails the measurement, which is then skipped:
+half the clusters must not resolve an alert. The conditions' state and the alerts stay in
+``store``, the home cluster.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from duetime.alerts import AlertKind, NewAlert, Transition, step
 from duetime.alerts.model import Detail
 from duetime.bus.lag import ConsumerLag
 from duetime.errors import DuetimeError
 from duetime.logs import event
-from duetime.store import Store
+from duetime.store import Store, Tx
 from duetime.store.alerts import (
+    LatenessSample,
+    OutboxBacklog,
     alert_condition_lock,
     alert_condition_save,
     alerts_enqueue,
@@ -44,6 +53,8 @@ from .alert_config import AlertConfig
 __all__ = ["ConditionChecks", "LagProbe", "Measurement"]
 
 log = logging.getLogger("duetime.reaper.alerts")
+
+R = TypeVar("R")
 
 
 class LagProbe(Protocol):
@@ -68,8 +79,17 @@ class Measurement:
 class ConditionChecks:
     """Measures every enabled condition and raises the alerts of its transitions."""
 
-    def __init__(self, store: Store, config: AlertConfig, lag: LagProbe | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        config: AlertConfig,
+        lag: LagProbe | None = None,
+        *,
+        clusters: Sequence[Store] = (),
+    ) -> None:
+        """``store``: the home cluster; ``clusters``: every cluster's (default: ``store``)."""
         self.store = store
+        self.run_stores: tuple[Store, ...] = tuple(clusters) or (store,)
         self.config = config
         self.lag = lag
         checks: list[Callable[[], Measurement]] = []
@@ -129,12 +149,23 @@ class ConditionChecks:
         )
         return transition
 
+    def _measure_runs(self, query: Callable[[Tx], R]) -> list[R]:
+        """``query`` on every cluster, one short transaction each."""
+        results: list[R] = []
+        for store in self.run_stores:
+            with store.tx() as tx:
+                results.append(query(tx))
+        return results
+
     def measure_outbox_backlog(self) -> Measurement:
         threshold = self.config.outbox_backlog
         assert threshold is not None
         age = self.config.outbox_age
-        with self.store.tx() as tx:
-            backlog = runs_outbox_backlog(tx, age, cap=threshold)
+        backlogs = self._measure_runs(lambda tx: runs_outbox_backlog(tx, age, cap=threshold))
+        backlog = OutboxBacklog(
+            sum(b.runs for b in backlogs),
+            min((b.oldest_due_at for b in backlogs if b.oldest_due_at), default=None),
+        )
         seconds = f"{age.total_seconds():g}s"
         oldest = backlog.oldest_due_at.isoformat() if backlog.oldest_due_at else None
         return Measurement(
@@ -175,8 +206,13 @@ class ConditionChecks:
         threshold = self.config.lateness_p99
         assert threshold is not None
         window = self.config.lateness_window
-        with self.store.tx() as tx:
-            sample = runs_release_lateness(tx, window, self.config.lateness_sample)
+        most = self.config.lateness_sample
+        samples = self._measure_runs(lambda tx: runs_release_lateness(tx, window, most))
+        sample = LatenessSample(
+            sum(s.runs for s in samples),
+            max((s.p99 for s in samples if s.p99 is not None), default=None),
+            max((s.worst for s in samples if s.worst is not None), default=None),
+        )
         p99 = sample.p99 or timedelta(0)
         seconds = round(p99.total_seconds(), 3)
         limit = threshold.total_seconds()

@@ -11,6 +11,12 @@ die), no transaction is open across a flush, and the webhook is the alert sender
 
 Two reapers (or a reaper that crashed between produce and mark) may both publish a dead record:
 ``runs.dead`` is at-least-once, keyed by run id, like every other topic.
+
+With several PostgreSQL clusters a dead run's row is in its job's cluster and the alert queue in
+the home cluster (``alerts``): for the other clusters the alerts are enqueued in a transaction of
+the home cluster's, after the read and before anything is published. A run is marked published
+only after its alert is in the queue, and enqueueing is idempotent by subject, so a failure
+between the two clusters leaves the run to the next round, which raises nothing twice.
 """
 
 from __future__ import annotations
@@ -78,8 +84,12 @@ class DeadRunPublisher:
         *,
         batch_size: int,
         publish_timeout: timedelta,
+        alerts: Store | None = None,
     ) -> None:
+        """``store``: the cluster whose dead runs this publishes; ``alerts``: the home cluster,
+        which keeps the alert queue (None: ``store`` is the home cluster)."""
         self.store = store
+        self.alerts = alerts if alerts is not None else store
         self.producer = producer
         self.catalog = catalog
         self.batch_size = batch_size
@@ -91,7 +101,12 @@ class DeadRunPublisher:
             records = [_record(r) for r in tx.runs_get_dead_unpublished(self.batch_size)]
             if not records:
                 return 0
-            raised = alerts_enqueue(tx, [dead_run_alert(r) for r in records])
+            alerts = [dead_run_alert(r) for r in records]
+            # In the same transaction when this is the home cluster (one cluster: always).
+            raised = alerts_enqueue(tx, alerts) if self.alerts is self.store else None
+        if raised is None:
+            with self.alerts.tx() as home:
+                raised = alerts_enqueue(home, alerts)
         self._log_new(records, {subject for _kind, subject in raised})
         acked = self._publish(records)
         if acked:

@@ -104,8 +104,11 @@ class PipelineSampler:
         store: Store,
         metrics: ReaperMetrics,
         interval: timedelta = timedelta(seconds=15),
+        *,
+        clusters: Sequence[Store] = (),
     ) -> None:
-        self._store = store
+        """``clusters``: every cluster's store, whose backlogs add up (default: ``store``)."""
+        self._stores: tuple[Store, ...] = tuple(clusters) or (store,)
         self._metrics = metrics
         self._interval = interval.total_seconds()
         catalog = TopicCatalog(settings.topic_prefix)
@@ -126,9 +129,11 @@ class PipelineSampler:
     def sample_once(self) -> None:
         """One sample of every gauge; a measurement that fails leaves its gauge as it was."""
         try:
-            with self._store.tx() as tx:
-                backlog = runs_outbox_backlog(tx, timedelta(0), cap=_BACKLOG_CAP)
-            self._metrics.outbox_backlog.set(backlog.runs)
+            runs = 0
+            for store in self._stores:
+                with store.tx() as tx:
+                    runs += runs_outbox_backlog(tx, timedelta(0), cap=_BACKLOG_CAP).runs
+            self._metrics.outbox_backlog.set(runs)
         except DuetimeError as exc:
             event(log, "metrics.sample_failed", logging.DEBUG, gauge="outbox_backlog", error=exc)
         for probe, topics in self._probes:

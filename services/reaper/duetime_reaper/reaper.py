@@ -10,12 +10,16 @@ attempts the stream never showed (the broker lost its log, a partition nobody he
 runs it every ``scan_interval``; ``run_once`` does a whole round, scan included, for tools and
 tests. A scan ends its expired leases a batch at a time: one statement finds and locks them, one
 ends them all (``expiry``), never a statement per run.
+
+With several PostgreSQL clusters both run once per cluster (``clusters.each_cluster``: one
+failing cluster is logged and the others go on); the dead runs' alerts are raised in the home
+cluster, which keeps the alert queue.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import Producer
@@ -23,6 +27,7 @@ from confluent_kafka import Producer
 from duetime.bus.topics import TopicCatalog
 from duetime.store import Store
 
+from .clusters import each_cluster
 from .config import ReaperConfig
 from .dead_runs import DeadRunPublisher
 from .expiry import ExpiryCounts, LeaseExpirer
@@ -41,6 +46,14 @@ class ReapStats:
 
 
 class Reaper:
+    """The scan and the dead runs of every cluster.
+
+    Args:
+        store: the home cluster (shard 0's): it keeps the alert queue.
+        clusters: every cluster's store, the home cluster's included, in cluster order; by
+            default ``store`` alone (one cluster).
+    """
+
     def __init__(
         self,
         store: Store,
@@ -48,19 +61,29 @@ class Reaper:
         catalog: TopicCatalog,
         config: ReaperConfig | None = None,
         on_expired: Callable[[ExpiryCounts, str], None] | None = None,
+        *,
+        clusters: Sequence[Store] = (),
     ) -> None:
         self.store = store
+        self.stores: tuple[Store, ...] = tuple(clusters) or (store,)
         self.producer = producer
         self.catalog = catalog
         self.config = config or ReaperConfig()
-        self.expirer = LeaseExpirer(store, batch_size=self.config.batch_size, on_expired=on_expired)
-        self.dead_runs = DeadRunPublisher(
-            store,
-            producer,
-            catalog,
-            batch_size=self.config.batch_size,
-            publish_timeout=self.config.publish_timeout,
-        )
+        self.expirers = [
+            LeaseExpirer(s, batch_size=self.config.batch_size, on_expired=on_expired)
+            for s in self.stores
+        ]
+        self.dead_runs = [
+            DeadRunPublisher(
+                s,
+                producer,
+                catalog,
+                batch_size=self.config.batch_size,
+                publish_timeout=self.config.publish_timeout,
+                alerts=store,
+            )
+            for s in self.stores
+        ]
 
     def run_once(self) -> ReapStats:
         counts = self.expire_leases()
@@ -73,15 +96,19 @@ class Reaper:
         )
 
     def expire_leases(self) -> ExpiryCounts:
-        """The safety-net scan: end every lease the database finds expired, a batch (two
+        """The safety-net scan: end every lease each cluster finds expired, a batch (two
         statements) at a time."""
+        return sum(each_cluster("scan", self.expirers, self._scan), ExpiryCounts())
+
+    def _scan(self, expirer: LeaseExpirer) -> ExpiryCounts:
         total = ExpiryCounts()
         while True:
-            counts = self.expirer.scan()
+            counts = expirer.scan()
             total += counts
             if counts.expired < self.config.batch_size:
                 return total
 
     def publish_dead(self) -> int:
-        """Raise each new dead run's alert and publish it on the dead topic (``dead_runs``)."""
-        return self.dead_runs.run_once()
+        """Raise each new dead run's alert and publish it on the dead topic (``dead_runs``),
+        a batch per cluster."""
+        return sum(each_cluster("dead_runs", self.dead_runs, DeadRunPublisher.run_once))

@@ -6,6 +6,10 @@ storage is configured), and this loop, which publishes dead runs every ``tick`` 
 safety-net scan of expired leases every ``scan_interval`` (the first one a whole interval after
 the start: the stream, read again from its committed offsets, covers the time the reaper was
 down).
+
+With several PostgreSQL clusters (``DUETIME_SHARD_MAP``) every part works on every cluster, one
+pass per cluster (``clusters``); the alert queue and the conditions' state are the home
+cluster's.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from duetime.errors import DuetimeError
 from duetime.lifetime import exit_after
 from duetime.logs import configure_logging, event
 from duetime.metrics import serve_metrics
-from duetime.store import Store
+from duetime.store.clusters import ClusterStores
 
 from .alert_config import AlertConfig
 from .alerting import make_alerting
@@ -69,21 +73,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     metrics = ReaperMetrics()
     endpoint = serve_metrics("reaper", os.environ)
     create_topics(settings)
-    store = Store(settings.require_database(), application_name="duetime-reaper")
+    stores = ClusterStores(settings.clusters(), application_name="duetime-reaper")
+    store, clusters = stores.home, stores.stores
     producer = make_producer(settings)
     catalog = TopicCatalog(settings.topic_prefix)
-    reaper = Reaper(store, producer, catalog, config, on_expired=metrics.count_expired)
+    reaper = Reaper(
+        store, producer, catalog, config, on_expired=metrics.count_expired, clusters=clusters
+    )
     # Deliveries and condition checks on their own thread: a hung webhook never delays reaping.
-    alerting = make_alerting(settings, store, alert_config)
+    alerting = make_alerting(settings, store, alert_config, clusters=clusters)
     alerting.start()
-    stream = make_lease_stream(settings, store, config, on_expired=metrics.count_expired)
+    stream = make_lease_stream(
+        settings, store, config, on_expired=metrics.count_expired, clusters=clusters
+    )
     stream.start()
-    sampler = PipelineSampler(settings, store, metrics)
+    sampler = PipelineSampler(settings, store, metrics, clusters=clusters)
     sampler.start()
-    archive = make_periodic_archive(store)
+    archive = make_periodic_archive(store, clusters=clusters)
     if archive is not None:
         archive.start()
-    event(log, "reaper.started", scan_interval_s=config.scan_interval.total_seconds())
+    event(
+        log,
+        "reaper.started",
+        scan_interval_s=config.scan_interval.total_seconds(),
+        clusters=len(clusters),
+    )
     scan_at = time.monotonic() + config.scan_interval.total_seconds()
     try:
         while not stop.is_set():
@@ -113,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if archive is not None:
             archive.stop()
         producer.flush(5)
-        store.close()
+        stores.close()
         if endpoint is not None:
             endpoint.close()
     return 0

@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -41,10 +41,11 @@ from duetime.errors import CodecError, DuetimeError
 from duetime.logs import event
 from duetime.store import Store
 
+from .clusters import ClusterJudge
 from .config import ReaperConfig
 from .expiry import ExpiryCounts, LeaseExpirer
 from .lease_book import LeaseBook, Partition
-from .watcher import DbClock, LeaseWatcher, WatchStats
+from .watcher import DbClock, LeaseJudge, LeaseWatcher, WatchStats
 
 __all__ = ["LeaseStream", "make_lease_stream", "reaper_consumer_config"]
 
@@ -262,8 +263,16 @@ def make_lease_stream(
     store: Store,
     config: ReaperConfig,
     on_expired: Callable[[ExpiryCounts, str], None] | None = None,
+    *,
+    clusters: Sequence[Store] = (),
 ) -> LeaseStream:
-    """The reaper's stream on the group ``<prefix>reaper``, judging leases through ``store``."""
+    """The reaper's stream on the group ``<prefix>reaper``, judging leases through ``store``.
+
+    With several clusters (``clusters``: every cluster's store, in cluster order) each batch is
+    judged by every cluster (``ClusterJudge``: a heartbeat names no job, so not its cluster);
+    the clock estimate is the home cluster's (``store``). It only decides when to ask: a
+    cluster whose clock runs a little ahead answers "alive", and is asked again later.
+    """
     catalog = TopicCatalog(settings.topic_prefix)
     clock = DbClock()
 
@@ -277,10 +286,11 @@ def make_lease_stream(
         recheck=config.recheck_interval,
         ended_memory=config.ended_memory,
     )
-    watcher = LeaseWatcher(
-        book,
-        LeaseExpirer(store, batch_size=config.batch_size, on_expired=on_expired),
-        batch_size=config.batch_size,
-    )
+    judges = [
+        LeaseExpirer(s, batch_size=config.batch_size, on_expired=on_expired)
+        for s in (clusters or (store,))
+    ]
+    judge: LeaseJudge = judges[0] if len(judges) == 1 else ClusterJudge(judges)
+    watcher = LeaseWatcher(book, judge, batch_size=config.batch_size)
     consumer = Consumer(consumer_config(settings, catalog.reaper_group, **reaper_consumer_config()))
     return LeaseStream(consumer, catalog, watcher, clock, read_db_clock, config)
