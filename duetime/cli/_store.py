@@ -22,8 +22,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from duetime.config import STACK_ENV_FILE, Settings, load_settings
 from duetime.errors import DuetimeError
 from duetime.store import Store
+from duetime.store.clusters import ClusterStores
 
-__all__ = ["NoStack", "check_broker", "cli_settings", "cli_store", "database_url"]
+__all__ = ["NoStack", "check_broker", "cli_clusters", "cli_settings", "cli_store", "database_url"]
 
 _BROKER_TIMEOUT = 5.0
 
@@ -78,25 +79,67 @@ def database_url(settings: Settings) -> str:
 
 
 def cli_store(settings: Settings | None = None) -> Store:
-    """A one-connection ``Store`` for a command, its database checked to answer."""
+    """A one-connection ``Store`` for a command, its database checked to answer.
+
+    With several clusters this is the home cluster (tenants, targets, tokens, alerts).
+    """
     settings = settings or cli_settings()
     url = database_url(settings)
     store = Store(
         url, pool_size=1, application_name="duetime-cli", hot_horizon=settings.hot_horizon
     )
     try:
+        _check_reachable(store, url, settings, "PostgreSQL", "DUETIME_DATABASE_URL")
+    except NoStack:
+        store.close()
+        raise
+    return store
+
+
+def cli_clusters(settings: Settings | None = None) -> ClusterStores:
+    """A one-connection ``Store`` per cluster of the shard map, each checked to answer.
+
+    Without ``DUETIME_SHARD_MAP`` this is the one database of ``cli_store`` (and the same
+    error when it does not answer); with a map, the error names the cluster and its shards.
+    """
+    settings = settings or cli_settings()
+    database_url(settings)
+    shard_map = settings.clusters()
+    clusters = ClusterStores(
+        shard_map, pool_size=1, application_name="duetime-cli", hot_horizon=settings.hot_horizon
+    )
+    try:
+        for index, store in enumerate(clusters.stores):
+            if settings.shard_map is None:
+                what, key = "PostgreSQL", "DUETIME_DATABASE_URL"
+            else:
+                shards = _shards_text(sorted(shard_map.shards_of(index)))
+                what = f"PostgreSQL cluster {index + 1} of {len(clusters)} ({shards})"
+                key = "DUETIME_SHARD_MAP"
+            _check_reachable(store, shard_map.urls[index], settings, what, key)
+    except NoStack:
+        clusters.close()
+        raise
+    return clusters
+
+
+def _shards_text(shards: list[int]) -> str:
+    if shards[-1] - shards[0] + 1 == len(shards):
+        return f"shards {shards[0]}-{shards[-1]}"
+    return f"{len(shards)} shards"
+
+
+def _check_reachable(store: Store, url: str, settings: Settings, what: str, key: str) -> None:
+    try:
         with store.engine.connect():
             pass
     except SQLAlchemyError as exc:
-        store.close()
         parsed = make_url(url)
         where = f"{parsed.host or 'localhost'}:{parsed.port or 5432}"
-        key = "DUETIME_DATABASE_URL"
         raise NoStack(
-            f"cannot reach PostgreSQL at {where} ({_origin(settings, key)}): {_reason(exc)}; "
+            f"cannot reach {what} at {where} ({_origin(settings, key)}): {_reason(exc)}; "
             f"{_how(settings, key)}"
         ) from exc
-    return store
 
 
 def check_broker(settings: Settings) -> None:

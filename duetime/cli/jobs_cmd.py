@@ -8,10 +8,11 @@ from typing import Any
 
 from duetime.errors import InvalidInput, NotFound, QuotaExceeded
 from duetime.jobdef import load_job_file
-from duetime.store.jobs import jobs_apply, jobs_set_paused
+from duetime.store.fanout import merge_by_job_id
+from duetime.store.jobs import jobs_apply_clusters, jobs_set_paused
 
 from ._output import print_json, print_table
-from ._store import cli_store
+from ._store import cli_clusters
 
 _LIST_COLUMNS = (
     "job_id",
@@ -50,10 +51,10 @@ def register(sub: Any) -> None:
 def _apply(args: argparse.Namespace) -> int:
     # Validate the whole file before touching the database: a bad job refuses the file.
     jobs = load_job_file(args.file)
-    store = cli_store()
+    clusters = cli_clusters()
     try:
-        with store.tx() as tx:
-            writes = jobs_apply(tx, jobs)
+        # Each job to its shard's cluster, one transaction per cluster (docs/clusters.md).
+        writes = jobs_apply_clusters(clusters, jobs)
     except QuotaExceeded as exc:
         raise InvalidInput(
             exc.field,
@@ -61,7 +62,7 @@ def _apply(args: argparse.Namespace) -> int:
             f"it has {exc.jobs} and this file adds {exc.adds}",
         ) from exc
     finally:
-        store.close()
+        clusters.close()
     rows = [{"job_id": w.job_id, "action": w.action, "version": w.version} for w in writes]
     if args.json:
         print_json(rows)
@@ -72,9 +73,9 @@ def _apply(args: argparse.Namespace) -> int:
 
 
 def _change(args: argparse.Namespace) -> int:
-    store = cli_store()
+    clusters = cli_clusters()
     try:
-        with store.tx() as tx:
+        with clusters.for_job(args.job_id).tx() as tx:
             if args.action == "delete":
                 if not tx.jobs_remove(args.job_id):
                     raise NotFound(f"no job {args.job_id!r}")
@@ -82,17 +83,19 @@ def _change(args: argparse.Namespace) -> int:
             else:
                 outcome = jobs_set_paused(tx, args.job_id, paused=args.action == "pause")
     finally:
-        store.close()
+        clusters.close()
     print(f"{args.job_id}: {outcome}")
     return 0
 
 
 def _list(args: argparse.Namespace) -> int:
-    store = cli_store()
+    clusters = cli_clusters()
     try:
-        rows = [dict(r._mapping) for r in store.jobs_list(args.limit)]
+        parts = [store.jobs_list(args.limit) for store in clusters]
+        with clusters.home.tx() as tx:
+            rows = [dict(r._mapping) for r in merge_by_job_id(tx.conn, parts, args.limit)]
     finally:
-        store.close()
+        clusters.close()
     if args.json:
         print_json(rows)
     else:

@@ -31,7 +31,7 @@ from duetime.events import RunDead
 from duetime.model import HttpTarget
 from duetime.store.reemit import StoredRun, runs_reemit
 
-from ._store import check_broker, cli_settings, cli_store
+from ._store import check_broker, cli_clusters, cli_settings
 
 __all__ = ["REEMITTED_HEADER", "register"]
 
@@ -191,15 +191,22 @@ def _reemit(args: argparse.Namespace) -> int:
         raise InvalidInput("--to", "must be after --from")
     settings = cli_settings()
     catalog = TopicCatalog(settings.topic_prefix)
-    store = cli_store(settings)
+    clusters = cli_clusters(settings)
     check_broker(settings)
     topic = catalog.ready if args.topic == "ready" else catalog.dead
     states = _TERMINAL if args.topic == "ready" else ("dead",)
     sender = _Sender(settings)
     sent = skipped = 0
     now = datetime.now(UTC)
+    # Each cluster's runs (one job's: its cluster's), page by page.
+    stores = [clusters.for_job(args.job)] if args.job else list(clusters)
+    pages = (
+        page
+        for store in stores
+        for page in runs_reemit(store, since, until, states=states, job_id=args.job)
+    )
     try:
-        for page in runs_reemit(store, since, until, states=states, job_id=args.job):
+        for page in pages:
             for stored in page:
                 record = _event(stored, now) if args.topic == "ready" else _dead(stored)
                 if record is None:
@@ -208,7 +215,7 @@ def _reemit(args: argparse.Namespace) -> int:
                 sender.send(topic, *record)
                 sent += 1
     finally:
-        store.close()
+        clusters.close()
     acked = sender.finish(sent)
     job = f" job={args.job}" if args.job else ""
     print(

@@ -10,10 +10,11 @@ from typing import Any
 from duetime.errors import InvalidInput, NotFound
 from duetime.ledger import occurrence_ledger
 from duetime.schedule import ScheduleCache
+from duetime.store.fanout import merge_runs_list
 from duetime.store.rows import spec_from_row
 
 from ._output import print_json, print_table
-from ._store import cli_store
+from ._store import cli_clusters
 from .archive_cmd import list_archived
 from .replay_cmd import parse_instant
 
@@ -59,11 +60,15 @@ def _list(args: argparse.Namespace) -> int:
         return _occurrences(args)
     if args.archived:
         return list_archived(args, _COLUMNS)
-    store = cli_store()
+    clusters = cli_clusters()
     try:
-        rows = [dict(r._mapping) for r in store.runs_list(args.job, args.limit)]
+        # One job's runs are in its cluster; all runs: every cluster's newest, merged.
+        stores = [clusters.for_job(args.job)] if args.job else list(clusters)
+        parts = [store.runs_list(args.job, args.limit) for store in stores]
+        with clusters.home.tx() as tx:
+            rows = [dict(r._mapping) for r in merge_runs_list(tx.conn, parts, args.limit)]
     finally:
-        store.close()
+        clusters.close()
     if args.json:
         extra = ("released_at", "throttled_ms", "last_error")
         print_json([{**{c: r[c] for c in _COLUMNS}, **{c: r[c] for c in extra}} for r in rows])
@@ -80,7 +85,8 @@ def _occurrences(args: argparse.Namespace) -> int:
         raise InvalidInput("--job", "--all-occurrences lists one job's occurrences: name it")
     if args.limit < 1:
         raise InvalidInput("--limit", "must be at least 1")
-    store = cli_store()
+    clusters = cli_clusters()
+    store = clusters.for_job(args.job)
     try:
         with store.tx() as tx:
             now = tx.db_now()
@@ -90,7 +96,7 @@ def _occurrences(args: argparse.Namespace) -> int:
             raise InvalidInput("--until", "must be later than --since")
         ledger = store.ledger(args.job, since, until)
     finally:
-        store.close()
+        clusters.close()
     if ledger is None:
         raise NotFound(f"no job {args.job!r}")
     job = ledger.job

@@ -5,6 +5,7 @@
 was claimed with), with ``rejected``: planning transactions the fence refused. The two agree once
 the owner has claimed the shard in the fence (its next planning round). Without etcd configured
 the planners run in SKIP LOCKED mode and nobody owns a shard: only the fence rows are shown.
+With several clusters each shard's fence row is read from the shard's own cluster.
 docs/failover.md explains the columns.
 """
 
@@ -18,9 +19,10 @@ from duetime.config import load_settings
 from duetime.coord.backend import LeaseView
 from duetime.coord.etcd import EtcdBackend, etcd_root
 from duetime.sharding import SHARD_COUNT
+from duetime.store.fanout import shard_fences
 
 from ._output import print_json, print_table
-from ._store import cli_store
+from ._store import cli_clusters
 
 _COLUMNS = ("shard", "owner", "token", "fence_token", "fence_owner", "rejected", "claimed_at")
 
@@ -46,12 +48,11 @@ def _list(args: argparse.Namespace) -> int:
         if settings.etcd_endpoints
         else None
     )
-    store = cli_store()
+    clusters = cli_clusters()
     try:
-        with store.tx() as tx:
-            fence = {r.shard_id: r for r in tx.shard_owners_list()}
+        fence = shard_fences(clusters)
     finally:
-        store.close()
+        clusters.close()
     rows: list[dict[str, Any]] = []
     for shard in range(SHARD_COUNT):
         key = view.shards.get(shard) if view else None
