@@ -264,4 +264,4 @@ def test_dashboard_shows_forecast_and_dead_run_and_retries_it(
         api.wait(timeout=20)
     log = (tmp_path / "api.log").read_text(errors="replace")
     assert '"POST /ui/login HTTP/1.1" 303' in log
-    assert acme_token not in log and acme_token.split("_")[2] not in log
+    assert acme_token not in log and acme_token.split("_", 2)[2] not in log

@@ -392,42 +392,44 @@ def test_trigger_and_backfill_create_runs_once(api: Api) -> None:
 
 def test_forecast_counts_runs_per_minute_and_warns_of_pile_ups(api: Api) -> None:
     acme, globex, admin = api.token("acme"), api.token("globex"), api.token(None)
+    # The pile-up falls twelve hours from now, whatever the time of day, so the forecast's 24 h
+    # horizon holds the whole ten-minute window (at 00:02 a midnight window would be cut at 00:02).
+    peak_at = (datetime.now(UTC) + timedelta(hours=12)).replace(minute=0, second=0, microsecond=0)
+    daily = {"cron": f"0 {peak_at.hour} * * *"}
     with api.store.tx() as tx:
         flow.set_limits(tx.conn, "slow.example.com", rate=0.02)  # 1.2 runs a minute
     for n in range(3):
         body = http_job(
             f"midnight-{n}",
-            schedule={"cron": "0 0 * * *"},
+            schedule=daily,
             target={"http": {"url": "https://slow.example.com/run"}},
         )
         assert api.client.post("/v1/jobs", json=body, headers=acme).status_code == 201
     other = http_job(
-        "g-midnight", schedule={"cron": "0 0 * * *"}, target={"http": {"url": "https://g.example"}}
+        "g-midnight", schedule=daily, target={"http": {"url": "https://g.example"}}
     )
     assert api.client.post("/v1/jobs", json=other, headers=globex).status_code == 201
     windowed = http_job(
         "spread",
-        schedule={"cron": "0 0 * * *"},
+        schedule=daily,
         window_seconds=600,
         target={"http": {"url": "https://slow.example.com/run"}},
     )
     assert api.client.post("/v1/jobs", json=windowed, headers=acme).status_code == 201
 
     forecast = api.client.get("/v1/stats/forecast", headers=acme).json()
-    midnight = _iso(
-        (datetime.now(UTC) + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
-    )
+    peak = _iso(peak_at)
     [series] = forecast["series"]  # acme's only: globex's job is not shown to it
     assert (series["target_service"], series["tenant"]) == ("slow.example.com", "acme")
     start = datetime.fromisoformat(forecast["start"])
     points = {_iso(start + timedelta(minutes=m)): runs for m, runs in series["points"]}
     assert series["runs"] == pytest.approx(4)
-    # Three runs at midnight plus a tenth of the windowed one, spread over ten minutes.
-    assert points[midnight] == pytest.approx(3.1)
+    # Three runs at the peak minute plus a tenth of the windowed one, spread over ten minutes.
+    assert points[peak] == pytest.approx(3.1)
     assert len(points) == 10 and sum(points.values()) == pytest.approx(4)
     [pile_up] = forecast["pile_ups"]
     assert pile_up["target_service"] == "slow.example.com"
-    assert pile_up["minute"].replace("+00:00", "Z") == midnight
+    assert pile_up["minute"].replace("+00:00", "Z") == peak
     assert pile_up["limit_per_minute"] == pytest.approx(1.2)
     everyone = api.client.get("/v1/stats/forecast", headers=admin).json()
     assert {(s["target_service"], s["tenant"]) for s in everyone["series"]} == {

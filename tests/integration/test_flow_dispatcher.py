@@ -133,9 +133,14 @@ def test_a_kafka_target_limited_to_50_per_second_receives_at_most_50_per_second(
     records = base.read_all(settings, topic, lambda got: len(got) >= 500)
     assert len(records) == 500
     created = sorted(r.timestamp()[1] / 1000 for r in records)  # when the target got each
+    # The bucket refills on the database clock; a record's timestamp is taken when the dispatcher
+    # produces it, after its grant committed. A grant whose commit or produce a loaded host delays
+    # lands its records closer to the next grant's, so windows get `jitter` seconds of slack (CI on
+    # two cores once measured 78 records in one second against a bound of 76 without it).
+    jitter = 0.1
     for window in (1.0, 4.0):
         most = max(sum(1 for c in created if t <= c < t + window) for t in created)
-        assert most <= 25 + 50 * window + 1, (window, most)
+        assert most <= 25 + 50 * (window + jitter) + 1, (window, most)
     assert created[-1] - created[0] >= (500 - 25) / 50 - 0.5
     wait_for(
         lambda: all(r.state == "succeeded" for r in store.runs_list(None, 1000)),

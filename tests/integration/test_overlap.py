@@ -26,7 +26,9 @@ LEASE = timedelta(seconds=30)
 def store(database_url: str) -> Iterator[Store]:
     store = Store(database_url, pool_size=4)
     with store.tx() as tx:
-        tx.runs_ensure_partition(datetime.now(UTC).date())
+        today = datetime.now(UTC).date()  # and yesterday: runs minutes ago may fall on it
+        tx.runs_ensure_partition(today - timedelta(days=1))
+        tx.runs_ensure_partition(today)
     yield store
     store.close()
 
