@@ -405,9 +405,7 @@ def test_forecast_counts_runs_per_minute_and_warns_of_pile_ups(api: Api) -> None
             target={"http": {"url": "https://slow.example.com/run"}},
         )
         assert api.client.post("/v1/jobs", json=body, headers=acme).status_code == 201
-    other = http_job(
-        "g-midnight", schedule=daily, target={"http": {"url": "https://g.example"}}
-    )
+    other = http_job("g-midnight", schedule=daily, target={"http": {"url": "https://g.example"}})
     assert api.client.post("/v1/jobs", json=other, headers=globex).status_code == 201
     windowed = http_job(
         "spread",
