@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Protocol, cast
 
@@ -33,6 +33,7 @@ __all__ = [
     "JobPlan",
     "PlannedRun",
     "PlanningRate",
+    "cap_runs",
     "initial_next_run_at",
     "lookahead_for",
     "plan_job",
@@ -162,6 +163,55 @@ def plan_jobs(
             found if isinstance(found, InvalidInput) else _job_plan(job.job_id, job.window, found)
         )
     return plans
+
+
+def cap_runs(
+    plans: Sequence[JobPlan | InvalidInput], max_runs: int, now: datetime
+) -> tuple[list[JobPlan | InvalidInput], bool]:
+    """The plans of one batch cut to about ``max_runs`` runs, earliest first; and whether any was.
+
+    A batch of frequent jobs is large: 5,000 every-second jobs with a 30 s lookahead are 155,000
+    runs, one transaction of tens of seconds before the first of them is published. Cut, the batch
+    keeps every job's runs scheduled before one instant (the cutoff, chosen so that at most
+    ``max_runs`` runs are kept) and each cut job's ``next_run_at`` becomes its first run left out,
+    so the next batch goes on from there: the whole lookahead is still planned, in slices, in time
+    order. Never cut: a job's first run (so every batch makes progress) and runs scheduled at or
+    before ``now`` (catch-up runs, already bounded by ``max_catch_up``; cutting them would replan
+    them under the catch-up policy a second time).
+    """
+    if max_runs < 1:
+        raise ValueError(f"max_runs must be at least 1, not {max_runs}")
+    total = sum(len(p.runs) for p in plans if isinstance(p, JobPlan))
+    if total <= max_runs:
+        return list(plans), False
+    cuttable = sorted(
+        r.scheduled_for
+        for p in plans
+        if isinstance(p, JobPlan)
+        for r in p.runs[1:]
+        if r.scheduled_for > now
+    )
+    room = max_runs - (total - len(cuttable))
+    if room >= len(cuttable):
+        return list(plans), False
+    cutoff = cuttable[max(room, 0)]  # the earliest instant left out
+    out: list[JobPlan | InvalidInput] = []
+    cut = False
+    for plan in plans:
+        if not isinstance(plan, JobPlan):
+            out.append(plan)
+            continue
+        keep = 1
+        while keep < len(plan.runs) and (
+            plan.runs[keep].scheduled_for <= now or plan.runs[keep].scheduled_for < cutoff
+        ):
+            keep += 1
+        if keep == len(plan.runs):
+            out.append(plan)
+            continue
+        cut = True
+        out.append(replace(plan, runs=plan.runs[:keep], next_run_at=plan.runs[keep].scheduled_for))
+    return out, cut
 
 
 def lookahead_for(

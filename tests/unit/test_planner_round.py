@@ -4,7 +4,7 @@ plans, publishes and refuses, in SKIP LOCKED mode and in etcd mode with the shar
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from duetime.bus.topics import TopicCatalog
@@ -37,14 +37,17 @@ class _Owner:
 
 
 def _planner(
-    store: FakePlannerStore, owner: _Owner | None = None, member: str = "p1"
+    store: FakePlannerStore,
+    owner: _Owner | None = None,
+    member: str = "p1",
+    config: PlannerConfig = CONFIG,
 ) -> tuple[Planner, FakeProducer]:
     producer = FakeProducer()
     planner = Planner(
         store,
         producer,
         TopicCatalog("t."),
-        CONFIG,
+        config,
         monotonic=lambda: 0.0,
         ownership=owner,
         member=member,
@@ -68,6 +71,26 @@ def test_skip_locked_round_plans_publishes_and_advances_every_due_job() -> None:
     assert store.job("job-0").next_run_at == NOW + timedelta(seconds=40)
     # Nothing is due again until the clock moves: a second round creates nothing.
     assert planner.run_once(101.0).runs_created == 0
+
+
+def test_a_round_of_frequent_jobs_is_planned_in_time_slices_earliest_first() -> None:
+    store = FakePlannerStore(NOW)
+    for i in range(20):  # every 10 s, 30 s ahead: 4 runs each, 80 in all
+        store.add_job(_job(f"often-{i}"))
+    planner, producer = _planner(store, config=replace(CONFIG, batch_runs=25))
+    stats = planner.run_once(0.0)
+    # The whole lookahead is planned and published in one round, in batches of about 25 runs.
+    assert stats.runs_created == stats.runs_published == 80
+    assert all(
+        store.job(f"often-{i}").next_run_at == NOW + timedelta(seconds=40) for i in range(20)
+    )
+    assert len(producer.records) == 80
+    # Earliest first, in slices: every run due at NOW was written before any run due later, and
+    # no batch wrote more than 25 (plus one first run a job).
+    written = [scheduled_for for _job_id, scheduled_for in store.state.runs]
+    assert written[:20] == [NOW] * 20 and written == sorted(written)
+    assert store.transactions >= 80 // 25
+    assert planner.run_once(1.0).runs_created == 0
 
 
 def test_catch_up_policy_decides_the_missed_occurrences() -> None:

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from duetime.errors import InvalidInput
-from duetime.planning import JobPlan, PlanningRate, lookahead_for, plan_job, plan_jobs
+from duetime.planning import (
+    JobPlan,
+    PlanningRate,
+    cap_runs,
+    lookahead_for,
+    plan_job,
+    plan_jobs,
+)
 from duetime.schedule import ScheduleCache, ScheduleSpec
 
 NOW = datetime(2026, 12, 31, 23, 59, 40, tzinfo=UTC)
@@ -111,3 +118,59 @@ def test_the_planning_rate_learns_from_busy_rounds_and_stays_conservative() -> N
     for _ in range(20):
         rate.observe(5000, 1.0)  # a fast machine: never faster than assumed
     assert rate.jobs_per_second == 1000.0
+
+
+EVERY_SECOND = ScheduleSpec(kind="interval", expression="PT1S", time_zone="UTC")
+
+
+def _runs(plans: list[JobPlan | InvalidInput]) -> list[datetime]:
+    return sorted(r.scheduled_for for p in plans if isinstance(p, JobPlan) for r in p.runs)
+
+
+def test_cap_runs_keeps_the_earliest_runs_and_moves_each_cut_job_on() -> None:
+    jobs = [_Due(f"j{i}", EVERY_SECOND, NOW + timedelta(seconds=i % 2)) for i in range(10)]
+    plans = plan_jobs(jobs, now=NOW, lookahead=BASE, cache=ScheduleCache())
+    assert len(_runs(plans)) > 250  # 31 or 30 a job
+    capped, cut = cap_runs(plans, 50, NOW)
+    assert cut
+    kept = _runs(capped)
+    assert len(kept) <= 50
+    # Earliest first: nothing left out is earlier than anything kept.
+    left_out = sorted(set(_runs(plans)) - set(kept))
+    assert max(kept) < min(left_out)
+    for job, whole, part in zip(jobs, plans, capped, strict=True):
+        assert isinstance(whole, JobPlan) and isinstance(part, JobPlan)
+        assert part.runs == whole.runs[: len(part.runs)]
+        # The job goes on from its first run left out; planning from there gives the rest.
+        assert part.next_run_at == whole.runs[len(part.runs)].scheduled_for
+        assert part.next_run_at is not None
+        [rest] = plan_jobs(
+            [replace(job, next_run_at=part.next_run_at)],
+            now=NOW,
+            lookahead=BASE,
+            cache=ScheduleCache(),
+        )
+        assert isinstance(rest, JobPlan)
+        assert part.runs + rest.runs == whole.runs
+        assert rest.next_run_at == whole.next_run_at
+
+
+def test_cap_runs_never_cuts_a_first_run_or_a_catch_up_run() -> None:
+    # Ten jobs 20 s behind with catch_up all: 21 runs at or before now each, 30 more ahead.
+    behind = [
+        _Due(f"late{i}", EVERY_SECOND, NOW - timedelta(seconds=20), catch_up="all")
+        for i in range(10)
+    ]
+    plans = plan_jobs(behind, now=NOW, lookahead=BASE, cache=ScheduleCache())
+    capped, cut = cap_runs(plans, 5, NOW)
+    assert cut
+    for part in capped:
+        assert isinstance(part, JobPlan)
+        assert [r.scheduled_for for r in part.runs] == [
+            NOW - timedelta(seconds=20 - s) for s in range(21)
+        ]
+        assert part.next_run_at == NOW + timedelta(seconds=1)
+    # Under the cap, or an error in the batch: the plans pass unchanged.
+    bad = InvalidInput("schedule", "no such zone")
+    assert cap_runs([*plans, bad], 10_000, NOW) == ([*plans, bad], False)
+    assert cap_runs([bad], 1, NOW) == ([bad], False)

@@ -36,6 +36,11 @@ class PlannerConfig:
     tick_interval: timedelta = timedelta(milliseconds=500)
     # Jobs planned, and runs published, per transaction: one statement each per batch.
     batch_size: int = 5000
+    # Runs planned per transaction, about: a batch of frequent jobs (an every-second job has 31
+    # runs in a 30 s lookahead) plans its jobs up to the instant where it holds this many runs and
+    # goes on from there in the next batch (planning.cap_runs), so the earliest runs are
+    # published first and no transaction grows to hundreds of thousands of rows.
+    batch_runs: int = 10_000
     # The sweeper (docs/planner.md): a published run not claimed `sweep_grace` after it was due
     # is re-published only if it is plausibly lost (its group moved past it by more than
     # `sweep_margin`, or claimed nothing for `sweep_grace`). The grace doubles with every
@@ -67,6 +72,8 @@ class PlannerConfig:
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ConfigError("planner batch_size must be at least 1")
+        if self.batch_runs < 1:
+            raise ConfigError("planner batch_runs must be at least 1")
         if not self.shards or any(not 0 <= s < SHARD_COUNT for s in self.shards):
             raise ConfigError(f"planner shards must be within 0..{SHARD_COUNT - 1}")
         if self.lookahead < timedelta(0):

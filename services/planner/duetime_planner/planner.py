@@ -47,7 +47,14 @@ from duetime.errors import InvalidInput, StoreError
 from duetime.flow import TargetLimit
 from duetime.logs import event
 from duetime.model import HttpTarget
-from duetime.planning import JobPlan, PlannedRun, PlanningRate, lookahead_for, plan_jobs
+from duetime.planning import (
+    JobPlan,
+    PlannedRun,
+    PlanningRate,
+    cap_runs,
+    lookahead_for,
+    plan_jobs,
+)
 from duetime.schedule import ScheduleCache
 from duetime.store import NewRun, OccurrenceGap, flow
 from duetime.store.rows import DueJob, OutboxRun
@@ -338,8 +345,12 @@ class Planner:
                 self._last_refused = fence.refused
             lookahead = self.lookahead
             due = tx.jobs_get_due_batch(shards, now + lookahead, cfg.batch_size) if shards else []
-            plans = plan_jobs(
-                due, now=now, lookahead=lookahead, cache=self.cache, grace=cfg.on_time_grace
+            plans, cut = cap_runs(
+                plan_jobs(
+                    due, now=now, lookahead=lookahead, cache=self.cache, grace=cfg.on_time_grace
+                ),
+                cfg.batch_runs,
+                now,
             )
             placed = self._place(tx, now, due, plans)
             new_runs: list[NewRun] = []
@@ -408,7 +419,8 @@ class Planner:
             shards_refused=refused,
             writes_fenced=fenced,
         )
-        return stats + published, len(due) == cfg.batch_size
+        # A cut batch left runs of its jobs within the lookahead for the next one.
+        return stats + published, len(due) == cfg.batch_size or cut
 
     @contextmanager
     def _home_tx(self, tx: PlannerTx) -> Iterator[PlannerTx]:

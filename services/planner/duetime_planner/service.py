@@ -64,7 +64,16 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="how far ahead a coming spike may be planned, in seconds (default 600)",
     )
     parser.add_argument("--tick", type=float, default=0.5, help="loop period in seconds")
-    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    parser.add_argument(
+        "--batch-size", type=int, default=defaults.batch_size, help="jobs planned per transaction"
+    )
+    parser.add_argument(
+        "--batch-runs",
+        type=int,
+        default=defaults.batch_runs,
+        help="runs planned per transaction, about: frequent jobs are planned in time slices "
+        f"(default {defaults.batch_runs})",
+    )
     parser.add_argument(
         "--on-time-grace",
         type=float,
@@ -117,6 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_lookahead=timedelta(seconds=max(args.max_lookahead, args.lookahead)),
         tick_interval=timedelta(seconds=args.tick),
         batch_size=args.batch_size,
+        batch_runs=args.batch_runs,
         on_time_grace=timedelta(seconds=args.on_time_grace),
         hot_horizon=settings.hot_horizon,
     )
