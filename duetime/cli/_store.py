@@ -24,7 +24,15 @@ from duetime.errors import DuetimeError
 from duetime.store import Store
 from duetime.store.clusters import ClusterStores
 
-__all__ = ["NoStack", "check_broker", "cli_clusters", "cli_settings", "cli_store", "database_url"]
+__all__ = [
+    "NoStack",
+    "check_broker",
+    "check_cluster",
+    "cli_clusters",
+    "cli_settings",
+    "cli_store",
+    "database_url",
+]
 
 _BROKER_TIMEOUT = 5.0
 
@@ -96,31 +104,41 @@ def cli_store(settings: Settings | None = None) -> Store:
     return store
 
 
-def cli_clusters(settings: Settings | None = None) -> ClusterStores:
+def cli_clusters(settings: Settings | None = None, *, check: bool = True) -> ClusterStores:
     """A one-connection ``Store`` per cluster of the shard map, each checked to answer.
 
     Without ``DUETIME_SHARD_MAP`` this is the one database of ``cli_store`` (and the same
     error when it does not answer); with a map, the error names the cluster and its shards.
+    ``check=False`` leaves the checks to the caller (``check_cluster``), for a command whose
+    clusters go on when one of them does not answer.
     """
     settings = settings or cli_settings()
     database_url(settings)
-    shard_map = settings.clusters()
     clusters = ClusterStores(
-        shard_map, pool_size=1, application_name="duetime-cli", hot_horizon=settings.hot_horizon
+        settings.clusters(),
+        pool_size=1,
+        application_name="duetime-cli",
+        hot_horizon=settings.hot_horizon,
     )
     try:
-        for index, store in enumerate(clusters.stores):
-            if settings.shard_map is None:
-                what, key = "PostgreSQL", "DUETIME_DATABASE_URL"
-            else:
-                shards = _shards_text(sorted(shard_map.shards_of(index)))
-                what = f"PostgreSQL cluster {index + 1} of {len(clusters)} ({shards})"
-                key = "DUETIME_SHARD_MAP"
-            _check_reachable(store, shard_map.urls[index], settings, what, key)
+        for index in range(len(clusters) if check else 0):
+            check_cluster(clusters, index, settings)
     except NoStack:
         clusters.close()
         raise
     return clusters
+
+
+def check_cluster(clusters: ClusterStores, index: int, settings: Settings) -> None:
+    """``NoStack`` naming cluster ``index`` (and its shards) unless it answers."""
+    shard_map = clusters.shard_map
+    if settings.shard_map is None:
+        what, key = "PostgreSQL", "DUETIME_DATABASE_URL"
+    else:
+        shards = _shards_text(sorted(shard_map.shards_of(index)))
+        what = f"PostgreSQL cluster {index + 1} of {len(clusters)} ({shards})"
+        key = "DUETIME_SHARD_MAP"
+    _check_reachable(clusters.stores[index], shard_map.urls[index], settings, what, key)
 
 
 def _shards_text(shards: list[int]) -> str:

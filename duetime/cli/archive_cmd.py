@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from duetime.archive.archiver import ArchiveConfig, Archiver, retention_from_env
-from duetime.archive.finder import find_archived_runs
+from duetime.archive.archiver import ArchiveConfig, Archiver, ArchiveReport, retention_from_env
+from duetime.archive.cluster_keys import cluster_prefix, cluster_prefixes
+from duetime.archive.finder import find_archived_runs_under
 from duetime.archive.objects import S3ObjectStore, S3Settings
-from duetime.errors import ConfigError, InvalidInput
+from duetime.config import Settings
+from duetime.errors import ConfigError, DuetimeError, InvalidInput
+from duetime.store.clusters import ClusterStores
 
 from ._output import iso, print_json, print_table
-from ._store import cli_settings, cli_store
+from ._store import NoStack, check_cluster, cli_clusters, cli_settings
 from .replay_cmd import parse_instant
 
 __all__ = ["list_archived", "register"]
@@ -37,9 +41,18 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=_archive)
 
 
-def _objects() -> tuple[S3ObjectStore, str]:
-    settings = S3Settings.require(data_dir=cli_settings().data_dir)
-    return S3ObjectStore(settings), settings.prefix
+def _objects(settings: Settings) -> tuple[S3ObjectStore, str]:
+    s3 = S3Settings.require(data_dir=settings.data_dir)
+    return S3ObjectStore(s3), s3.prefix
+
+
+@dataclass(frozen=True)
+class _ClusterArchive:
+    """One cluster's archive run: its report, or the error that stopped it."""
+
+    cluster: int
+    report: ArchiveReport | None = None
+    error: DuetimeError | None = None
 
 
 def _archive(args: argparse.Namespace) -> int:
@@ -49,21 +62,64 @@ def _archive(args: argparse.Namespace) -> int:
             before = date.fromisoformat(args.before)
         except ValueError as exc:
             raise InvalidInput("--before", f"not a date (YYYY-MM-DD): {args.before!r}") from exc
-    store = cli_store()
+    settings = cli_settings()
+    clusters = cli_clusters(settings, check=False)
     try:
-        objects, prefix = _objects()
-        archiver = Archiver(
-            store, objects, ArchiveConfig(retention=retention_from_env(), prefix=prefix)
-        )
+        results = _archive_clusters(args, settings, clusters, before)
+    finally:
+        clusters.close()
+    if len(results) == 1 and results[0].report is not None:
+        return _print_one(args, results[0].report)
+    return _print_several(args, results)
+
+
+def _archive_clusters(
+    args: argparse.Namespace, settings: Settings, clusters: ClusterStores, before: date | None
+) -> list[_ClusterArchive]:
+    """Each cluster's partitions archived by an archiver of its own (its own advisory lock),
+    under the cluster's key prefix, one cluster after the other, as the reaper does. With one
+    cluster its error is the command's, as it always was; with several, a cluster that does not
+    answer or fails is reported and the others are still archived."""
+    several = len(clusters) > 1
+    unreachable: dict[int, DuetimeError] = {}
+    for index in range(len(clusters)):
         try:
-            report = archiver.run_once(datetime.now(UTC), before=before, dry_run=args.dry_run)
+            check_cluster(clusters, index, settings)
+        except NoStack as exc:
+            if not several:
+                raise
+            unreachable[index] = exc
+    objects, prefix = _objects(settings)
+    retention = retention_from_env()
+    now = datetime.now(UTC)
+    results: list[_ClusterArchive] = []
+    for index, store in enumerate(clusters):
+        if index in unreachable:
+            results.append(_ClusterArchive(index, error=unreachable[index]))
+            continue
+        config = ArchiveConfig(retention=retention, prefix=cluster_prefix(prefix, index))
+        try:
+            report = Archiver(store, objects, config).run_once(
+                now, before=before, dry_run=args.dry_run
+            )
         except ConfigError as exc:
             if before is not None:
                 raise InvalidInput("--before", str(exc)) from exc
             raise
-    finally:
-        store.close()
-    rows = [
+        except DuetimeError as exc:
+            if not several:
+                raise
+            results.append(_ClusterArchive(index, error=exc))
+            continue
+        results.append(_ClusterArchive(index, report=report))
+    return results
+
+
+_COLUMNS = ("day", "action", "rows", "key", "reason")
+
+
+def _partition_rows(report: ArchiveReport) -> list[dict[str, Any]]:
+    return [
         {
             "day": p.day.isoformat(),
             "action": p.action,
@@ -73,19 +129,66 @@ def _archive(args: argparse.Namespace) -> int:
         }
         for p in report.partitions
     ]
+
+
+def _done(report: ArchiveReport, dry_run: bool) -> str:
+    """What one archiver did, in one line."""
+    if not report.ran:
+        return "another archiver is running on this database; nothing done"
+    verb = "would archive" if dry_run else "archived"
+    return (
+        f"{verb} {report.count('would_archive' if dry_run else 'archived')} "
+        f"partitions before {report.before.isoformat()}; held {report.count('held')}, "
+        f"failed {report.count('failed')}"
+    )
+
+
+def _print_one(args: argparse.Namespace, report: ArchiveReport) -> int:
+    """One cluster: the output it always had."""
+    rows = _partition_rows(report)
     if args.json:
         print_json(rows)
     elif not report.ran:
-        print("another archiver is running on this database; nothing done")
+        print(_done(report, args.dry_run))
     else:
-        verb = "would archive" if args.dry_run else "archived"
-        print_table(rows, ("day", "action", "rows", "key", "reason"))
-        print(
-            f"{verb} {report.count('would_archive' if args.dry_run else 'archived')} "
-            f"partitions before {report.before.isoformat()}; held {report.count('held')}, "
-            f"failed {report.count('failed')}"
-        )
+        print_table(rows, _COLUMNS)
+        print(_done(report, args.dry_run))
     return 1 if report.failed else 0
+
+
+def _print_several(args: argparse.Namespace, results: Sequence[_ClusterArchive]) -> int:
+    """Several clusters: every cluster's partitions with its index in the map (as in its key
+    prefix, ``cluster-<N>/``), a cluster that failed as one ``failed`` row without a day, and
+    one line per cluster; exit code 1 if any cluster or partition failed."""
+    rows: list[dict[str, Any]] = []
+    lines: list[str] = []
+    failed = False
+    for result in results:
+        if result.report is None:
+            reason = " ".join(str(result.error).split())
+            rows.append(
+                {
+                    "cluster": result.cluster,
+                    "day": None,
+                    "action": "failed",
+                    "rows": 0,
+                    "key": None,
+                    "reason": reason,
+                }
+            )
+            lines.append(f"cluster {result.cluster}: failed: {reason}")
+            failed = True
+            continue
+        rows.extend({"cluster": result.cluster, **row} for row in _partition_rows(result.report))
+        lines.append(f"cluster {result.cluster}: {_done(result.report, args.dry_run)}")
+        failed = failed or result.report.failed
+    if args.json:
+        print_json(rows)
+    else:
+        print_table(rows, ("cluster", *_COLUMNS))
+        for line in lines:
+            print(line)
+    return 1 if failed else 0
 
 
 def list_archived(args: argparse.Namespace, columns: Sequence[str]) -> int:
@@ -97,12 +200,14 @@ def list_archived(args: argparse.Namespace, columns: Sequence[str]) -> int:
         raise InvalidInput("--limit", "must be at least 1")
     since = parse_instant("--since", args.since) if args.since else None
     until = parse_instant("--until", args.until) if args.until else None
-    objects, prefix = _objects()
+    settings = cli_settings()
+    objects, prefix = _objects(settings)
+    clusters = 1 if settings.shard_map is None else settings.shard_map.size
     runs = [
         r
-        for r in find_archived_runs(
+        for r in find_archived_runs_under(
             objects,
-            prefix,
+            cluster_prefixes(prefix, clusters),
             args.job,
             since=None if since is None else since.astimezone(UTC).date(),
             until=None if until is None else until.astimezone(UTC).date() + timedelta(days=1),
