@@ -19,8 +19,10 @@ from typing import Any
 
 from duetime.jobdef import parse_jobs
 from duetime.model import JobDefinition
+from duetime.store.clusters import ClusterStores
+from duetime.store.jobs import JobWrite, jobs_apply_clusters
 
-__all__ = ["DemoTarget", "demo_jobs"]
+__all__ = ["DemoTarget", "demo_jobs", "demo_jobs_apply"]
 
 _SLOW_ANSWER = 3.0  # seconds ``/slow`` takes to answer
 
@@ -117,3 +119,8 @@ def demo_jobs(port: int) -> list[JobDefinition]:
             ]
         }
     )
+
+
+def demo_jobs_apply(clusters: ClusterStores, port: int) -> list[JobWrite]:
+    """The demo jobs (target on ``port``) written, each to its shard's cluster."""
+    return jobs_apply_clusters(clusters, demo_jobs(port))

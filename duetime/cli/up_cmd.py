@@ -22,12 +22,13 @@ from typing import Any
 from duetime.config import default_data_dir
 from duetime.metrics import METRICS_HOST_ENV, METRICS_PORT_ENV
 from duetime.store import Store
-from duetime.store.jobs import jobs_apply
+from duetime.store.clusters import ClusterStores
+from duetime.store.fanout import merge_runs_list
 from duetime_infra import EmbeddedStack, StackUrls
 from duetime_infra.ports import LOOPBACK, port_is_free
 from duetime_infra.processes import child_record
 
-from .demo import DemoTarget, demo_jobs
+from .demo import DemoTarget, demo_jobs_apply
 from .stack_cmd import add_pg_clusters_option
 from .supervisor import STOP_GRACE, Supervisor
 from .up_api import DEFAULT_API_PORT, ApiAccess, prepare_api, sign_in_link, wait_for_api
@@ -90,7 +91,7 @@ def _run(args: argparse.Namespace) -> int:
     stack: EmbeddedStack | None = None
     owns_stack = False
     demo: DemoTarget | None = None
-    store: Store | None = None
+    clusters: ClusterStores | None = None
     # The callback reads claim and owns_stack when a service starts, after they are set below.
     sup = Supervisor(on_started=lambda _spec: _record(claim, owns_stack, sup))
     try:
@@ -109,8 +110,8 @@ def _run(args: argparse.Namespace) -> int:
             f"etcd={urls.etcd_endpoints} s3={urls.s3_endpoint or '-'}",
         )
         signals.raise_if_requested()
-        demo, store, api = _start_services(args, sup, data_dir, urls)
-        _say_sign_in_link(sup, api, store, signals)
+        demo, clusters, api = _start_services(args, sup, data_dir, urls)
+        _say_sign_in_link(sup, api, clusters.home, signals)
         sup.say("duetime", "up.ready (Ctrl-C stops everything)")
         last_summary = time.monotonic()
         while True:
@@ -119,7 +120,7 @@ def _run(args: argparse.Namespace) -> int:
             sup.check()
             if args.summary_every and time.monotonic() - last_summary >= args.summary_every:
                 last_summary = time.monotonic()
-                _summary(sup, store)
+                _summary(sup, clusters)
     except _StopRequested:
         sup.say("duetime", "up.stopping")
     except Exception as exc:
@@ -131,8 +132,8 @@ def _run(args: argparse.Namespace) -> int:
         sup.say("duetime", f"up.stopping start_interrupted={type(exc).__name__}")
     finally:
         sup.stop_all()
-        if store is not None:
-            store.close()
+        if clusters is not None:
+            clusters.close()
         if demo is not None:
             demo.stop()
         if stack is not None and owns_stack:
@@ -148,8 +149,9 @@ def _run(args: argparse.Namespace) -> int:
 
 def _start_services(
     args: argparse.Namespace, sup: Supervisor, data_dir: Path, urls: StackUrls
-) -> tuple[DemoTarget | None, Store, ApiAccess]:
-    """Start the demo target (if asked), the services, and apply the demo jobs."""
+) -> tuple[DemoTarget | None, ClusterStores, ApiAccess]:
+    """Start the demo target (if asked), the services, and apply the demo jobs, each to its
+    shard's cluster of the stack's shard map (``--pg-clusters``, or an external map)."""
     env = {
         **os.environ,
         "DUETIME_DATA_DIR": str(data_dir),
@@ -183,13 +185,11 @@ def _start_services(
         sup.say("duetime", f"metrics.url name={label} url={url}")
     sup.start_all()
     sup.say("duetime", f"api.url url={api.url} admin_token_file={api.file}")
-    store = Store(urls.database_url, pool_size=1, application_name="duetime-up")
+    clusters = ClusterStores(urls.clusters(), pool_size=1, application_name="duetime-up")
     if demo is not None:
-        with store.tx() as tx:
-            writes = jobs_apply(tx, demo_jobs(demo.port))
-        for w in writes:
+        for w in demo_jobs_apply(clusters, demo.port):
             sup.say("duetime", f"demo.job_applied job_id={w.job_id} action={w.action}")
-    return demo, store, api
+    return demo, clusters, api
 
 
 def _say_sign_in_link(sup: Supervisor, api: ApiAccess, store: Store, signals: _StopSignals) -> None:
@@ -321,14 +321,25 @@ def _count(requested: int | None, variable: str) -> int:
     return max(1, min(requested, 16))
 
 
-def _summary(sup: Supervisor, store: Store) -> None:
+def runs_summary(clusters: ClusterStores, limit: int = 2000) -> list[str]:
+    """``job_id=J state=n ...`` per job, over the newest ``limit`` runs of every cluster."""
+    parts = [store.runs_list(None, limit) for store in clusters]
+    with clusters.home.tx() as tx:
+        rows = merge_runs_list(tx.conn, parts, limit)
+    counts: Counter[tuple[str, str]] = Counter((r.job_id, r.state) for r in rows)
+    jobs = sorted({job for job, _ in counts})
+    return [
+        f"job_id={job} "
+        + " ".join(f"{state}={n}" for (j, state), n in sorted(counts.items()) if j == job)
+        for job in jobs
+    ]
+
+
+def _summary(sup: Supervisor, clusters: ClusterStores) -> None:
     try:
-        rows = store.runs_list(None, 2000)
+        lines = runs_summary(clusters)
     except Exception as exc:  # the summary is informational; never let it stop the stack
         sup.say("duetime", f"summary.failed error={exc}")
         return
-    counts: Counter[tuple[str, str]] = Counter((r.job_id, r.state) for r in rows)
-    jobs = sorted({job for job, _ in counts})
-    for job in jobs:
-        states = " ".join(f"{state}={n}" for (j, state), n in sorted(counts.items()) if j == job)
-        sup.say("duetime", f"runs job_id={job} {states}")
+    for line in lines:
+        sup.say("duetime", f"runs {line}")
