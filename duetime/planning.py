@@ -166,7 +166,7 @@ def plan_jobs(
 
 
 def cap_runs(
-    plans: Sequence[JobPlan | InvalidInput], max_runs: int, now: datetime
+    plans: Sequence[JobPlan | InvalidInput], max_runs: int, missed_before: datetime
 ) -> tuple[list[JobPlan | InvalidInput], bool]:
     """The plans of one batch cut to about ``max_runs`` runs, earliest first; and whether any was.
 
@@ -175,9 +175,12 @@ def cap_runs(
     keeps every job's runs scheduled before one instant (the cutoff, chosen so that at most
     ``max_runs`` runs are kept) and each cut job's ``next_run_at`` becomes its first run left out,
     so the next batch goes on from there: the whole lookahead is still planned, in slices, in time
-    order. Never cut: a job's first run (so every batch makes progress) and runs scheduled at or
-    before ``now`` (catch-up runs, already bounded by ``max_catch_up``; cutting them would replan
-    them under the catch-up policy a second time).
+    order. Never cut: a job's first run (so every batch makes progress) and runs scheduled before
+    ``missed_before`` (the planner's now minus its on-time grace): those are the missed ones its
+    catch-up policy chose, bounded by ``max_catch_up``, and cutting them would put them through
+    the policy a second time. Runs late but within the grace are cut like future ones: a planner
+    that falls behind keeps its batches small, and an occurrence it could not plan within the
+    grace meets the job's catch-up policy, as after any outage.
     """
     if max_runs < 1:
         raise ValueError(f"max_runs must be at least 1, not {max_runs}")
@@ -189,7 +192,7 @@ def cap_runs(
         for p in plans
         if isinstance(p, JobPlan)
         for r in p.runs[1:]
-        if r.scheduled_for > now
+        if r.scheduled_for >= missed_before
     )
     room = max_runs - (total - len(cuttable))
     if room >= len(cuttable):
@@ -202,10 +205,8 @@ def cap_runs(
             out.append(plan)
             continue
         keep = 1
-        while keep < len(plan.runs) and (
-            plan.runs[keep].scheduled_for <= now or plan.runs[keep].scheduled_for < cutoff
-        ):
-            keep += 1
+        while keep < len(plan.runs) and plan.runs[keep].scheduled_for < cutoff:
+            keep += 1  # (cutoff >= missed_before: every missed run is kept)
         if keep == len(plan.runs):
             out.append(plan)
             continue

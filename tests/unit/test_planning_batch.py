@@ -155,21 +155,28 @@ def test_cap_runs_keeps_the_earliest_runs_and_moves_each_cut_job_on() -> None:
         assert rest.next_run_at == whole.next_run_at
 
 
-def test_cap_runs_never_cuts_a_first_run_or_a_catch_up_run() -> None:
-    # Ten jobs 20 s behind with catch_up all: 21 runs at or before now each, 30 more ahead.
+def test_cap_runs_never_cuts_a_first_run_or_a_missed_run() -> None:
+    # Ten jobs 100 s behind with catch_up all: 40 missed runs each (older than the 60 s grace),
+    # then 61 late-but-on-time and 30 ahead.
     behind = [
-        _Due(f"late{i}", EVERY_SECOND, NOW - timedelta(seconds=20), catch_up="all")
+        _Due(f"late{i}", EVERY_SECOND, NOW - timedelta(seconds=100), catch_up="all")
         for i in range(10)
     ]
-    plans = plan_jobs(behind, now=NOW, lookahead=BASE, cache=ScheduleCache())
-    capped, cut = cap_runs(plans, 5, NOW)
+    grace = timedelta(seconds=60)
+    plans = plan_jobs(behind, now=NOW, lookahead=BASE, cache=ScheduleCache(), grace=grace)
+    capped, cut = cap_runs(plans, 5, NOW - grace)
     assert cut
     for part in capped:
         assert isinstance(part, JobPlan)
         assert [r.scheduled_for for r in part.runs] == [
-            NOW - timedelta(seconds=20 - s) for s in range(21)
+            NOW - timedelta(seconds=100 - s) for s in range(40)
         ]
-        assert part.next_run_at == NOW + timedelta(seconds=1)
+        # The late runs within the grace are cut like future ones: the job goes on from there.
+        assert part.next_run_at == NOW - grace
+    # A job's first run is kept whatever the cap.
+    ahead = [_Due(f"a{i}", EVERY_SECOND, NOW + timedelta(seconds=1)) for i in range(10)]
+    firsts, cut = cap_runs(plan_jobs(ahead, now=NOW, lookahead=BASE, cache=ScheduleCache()), 1, NOW)
+    assert cut and _runs(firsts) == [NOW + timedelta(seconds=1)] * 10
     # Under the cap, or an error in the batch: the plans pass unchanged.
     bad = InvalidInput("schedule", "no such zone")
     assert cap_runs([*plans, bad], 10_000, NOW) == ([*plans, bad], False)

@@ -350,7 +350,7 @@ class Planner:
                     due, now=now, lookahead=lookahead, cache=self.cache, grace=cfg.on_time_grace
                 ),
                 cfg.batch_runs,
-                now,
+                now - cfg.on_time_grace,
             )
             placed = self._place(tx, now, due, plans)
             new_runs: list[NewRun] = []
