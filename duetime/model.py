@@ -5,9 +5,10 @@ Codecs (Avro on Kafka, rows in PostgreSQL) convert to and from these at the boun
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Literal
 
@@ -54,12 +55,31 @@ TERMINAL_STATES = frozenset(
 )
 
 
+_RUN_ID_SHA1 = hashlib.sha1(RUN_ID_NAMESPACE.bytes, usedforsecurity=False)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# RFC 4122 version 5: the version nibble and the variant bits set over the SHA-1's first 16 bytes.
+_UUID5_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
+_UUID5_SET = (5 << 76) | (0x8000 << 48)
+
+
 def run_id_for(job_id: str, scheduled_for: datetime) -> uuid.UUID:
-    """Deterministic run id: the same occurrence always gets the same id."""
+    """Deterministic run id: the same occurrence always gets the same id.
+
+    ``uuid.uuid5(RUN_ID_NAMESPACE, f"{job_id}|{µs since the epoch}")``, computed without
+    ``uuid5``'s per-call overhead (the namespace's hash state is copied, the UUID built from its
+    integer): the planner computes one per run, and this was a fifth of its CPU. A unit test holds
+    it equal to ``uuid.uuid5``.
+    """
     # Integer arithmetic on the timedelta avoids float rounding for far-future instants.
-    delta = scheduled_for - datetime(1970, 1, 1, tzinfo=scheduled_for.tzinfo)
+    delta = scheduled_for - _EPOCH
     micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-    return uuid.uuid5(RUN_ID_NAMESPACE, f"{job_id}|{micros}")
+    digest = _RUN_ID_SHA1.copy()
+    digest.update(f"{job_id}|{micros}".encode())
+    value = (int.from_bytes(digest.digest()[:16]) & _UUID5_CLEAR) | _UUID5_SET
+    run_id = object.__new__(uuid.UUID)
+    object.__setattr__(run_id, "int", value)
+    object.__setattr__(run_id, "is_safe", uuid.SafeUUID.unknown)
+    return run_id
 
 
 @dataclass(frozen=True)

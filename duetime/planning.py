@@ -33,11 +33,11 @@ __all__ = [
     "JobPlan",
     "PlannedRun",
     "PlanningRate",
-    "cap_runs",
     "initial_next_run_at",
     "lookahead_for",
     "plan_job",
     "plan_jobs",
+    "plan_jobs_capped",
 ]
 
 
@@ -140,15 +140,45 @@ def plan_jobs(
     bound), so it runs once per such group; what differs per job (run id, window jitter) is
     cheap. A spec that no longer compiles (a zone removed from tzdata) fails its jobs only.
     """
+    return plan_jobs_capped(jobs, now=now, lookahead=lookahead, cache=cache, grace=grace)[0]
+
+
+def plan_jobs_capped(
+    jobs: Sequence[DueJobLike],
+    *,
+    now: datetime,
+    lookahead: timedelta,
+    cache: ScheduleCache,
+    grace: timedelta = timedelta(seconds=60),
+    max_runs: int | None = None,
+) -> tuple[list[JobPlan | InvalidInput], bool]:
+    """``plan_jobs`` holding about ``max_runs`` runs, earliest first; and whether it was cut.
+
+    A batch of frequent jobs is large: 5,000 every-second jobs with a 30 s lookahead are 155,000
+    runs, one transaction of tens of seconds before the first of them is published. Cut, the batch
+    keeps every job's runs scheduled before one instant (the cutoff, chosen so that at most
+    ``max_runs`` runs are kept) and each cut job's ``next_run_at`` becomes its first run left out,
+    so the next batch goes on from there: the whole lookahead is still planned, in slices, in time
+    order. The cut is made on the occurrences, before run ids and window jitter are computed for
+    them (those are most of a batch's CPU).
+
+    Never cut: a job's first run (so every batch makes progress) and its missed runs (older than
+    ``now - grace``): those its catch-up policy chose, bounded by ``max_catch_up``, and cutting
+    them would put them through the policy a second time. Runs late but within the grace are cut
+    like future ones: a planner that falls behind keeps its batches small, and an occurrence it
+    could not plan within the grace meets the job's catch-up policy, as after any outage.
+    """
+    if max_runs is not None and max_runs < 1:
+        raise ValueError(f"max_runs must be at least 1, not {max_runs}")
     horizon = now + lookahead
     searched: dict[tuple[ScheduleSpec, datetime, str, int], CatchUpPlan | InvalidInput] = {}
-    plans: list[JobPlan | InvalidInput] = []
+    found: list[CatchUpPlan | InvalidInput] = []
     for job in jobs:
         key = (job.schedule, job.next_run_at, job.catch_up, job.max_catch_up)
-        found = searched.get(key)
-        if found is None:
+        plan = searched.get(key)
+        if plan is None:
             try:
-                found = plan_due(
+                plan = plan_due(
                     cache.get(job.schedule),
                     job.next_run_at,
                     horizon,
@@ -157,61 +187,49 @@ def plan_jobs(
                     grace=grace + lookahead,
                 )
             except InvalidInput as exc:
-                found = exc
-            searched[key] = found
-        plans.append(
-            found if isinstance(found, InvalidInput) else _job_plan(job.job_id, job.window, found)
-        )
-    return plans
+                plan = exc
+            searched[key] = plan
+        found.append(plan)
+    cut = False
+    if max_runs is not None:
+        found, cut = _cap(found, max_runs, now - grace)
+    plans = [
+        plan if isinstance(plan, InvalidInput) else _job_plan(job.job_id, job.window, plan)
+        for job, plan in zip(jobs, found, strict=True)
+    ]
+    return plans, cut
 
 
-def cap_runs(
-    plans: Sequence[JobPlan | InvalidInput], max_runs: int, missed_before: datetime
-) -> tuple[list[JobPlan | InvalidInput], bool]:
-    """The plans of one batch cut to about ``max_runs`` runs, earliest first; and whether any was.
-
-    A batch of frequent jobs is large: 5,000 every-second jobs with a 30 s lookahead are 155,000
-    runs, one transaction of tens of seconds before the first of them is published. Cut, the batch
-    keeps every job's runs scheduled before one instant (the cutoff, chosen so that at most
-    ``max_runs`` runs are kept) and each cut job's ``next_run_at`` becomes its first run left out,
-    so the next batch goes on from there: the whole lookahead is still planned, in slices, in time
-    order. Never cut: a job's first run (so every batch makes progress) and runs scheduled before
-    ``missed_before`` (the planner's now minus its on-time grace): those are the missed ones its
-    catch-up policy chose, bounded by ``max_catch_up``, and cutting them would put them through
-    the policy a second time. Runs late but within the grace are cut like future ones: a planner
-    that falls behind keeps its batches small, and an occurrence it could not plan within the
-    grace meets the job's catch-up policy, as after any outage.
-    """
-    if max_runs < 1:
-        raise ValueError(f"max_runs must be at least 1, not {max_runs}")
-    total = sum(len(p.runs) for p in plans if isinstance(p, JobPlan))
+def _cap(
+    plans: list[CatchUpPlan | InvalidInput], max_runs: int, missed_before: datetime
+) -> tuple[list[CatchUpPlan | InvalidInput], bool]:
+    """``plans`` cut to about ``max_runs`` occurrences (``plan_jobs_capped``)."""
+    total = sum(len(p.occurrences) for p in plans if isinstance(p, CatchUpPlan))
     if total <= max_runs:
-        return list(plans), False
+        return plans, False
     cuttable = sorted(
-        r.scheduled_for
+        o
         for p in plans
-        if isinstance(p, JobPlan)
-        for r in p.runs[1:]
-        if r.scheduled_for >= missed_before
+        if isinstance(p, CatchUpPlan)
+        for o in p.occurrences[1:]
+        if o >= missed_before
     )
     room = max_runs - (total - len(cuttable))
     if room >= len(cuttable):
-        return list(plans), False
-    cutoff = cuttable[max(room, 0)]  # the earliest instant left out
-    out: list[JobPlan | InvalidInput] = []
+        return plans, False
+    cutoff = cuttable[max(room, 0)]  # the earliest instant left out; >= missed_before
+    out: list[CatchUpPlan | InvalidInput] = []
     cut = False
     for plan in plans:
-        if not isinstance(plan, JobPlan):
-            out.append(plan)
-            continue
-        keep = 1
-        while keep < len(plan.runs) and plan.runs[keep].scheduled_for < cutoff:
-            keep += 1  # (cutoff >= missed_before: every missed run is kept)
-        if keep == len(plan.runs):
-            out.append(plan)
-            continue
-        cut = True
-        out.append(replace(plan, runs=plan.runs[:keep], next_run_at=plan.runs[keep].scheduled_for))
+        if isinstance(plan, CatchUpPlan):
+            occurrences = plan.occurrences
+            keep = 1
+            while keep < len(occurrences) and occurrences[keep] < cutoff:
+                keep += 1
+            if keep < len(occurrences):
+                plan = replace(plan, occurrences=occurrences[:keep], next_run_at=occurrences[keep])
+                cut = True
+        out.append(plan)
     return out, cut
 
 

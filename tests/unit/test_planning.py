@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import random
+import uuid
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
-from duetime.model import run_id_for
+from duetime.model import RUN_ID_NAMESPACE, run_id_for
 from duetime.planning import initial_next_run_at, plan_job
 from duetime.schedule import ScheduleCache, ScheduleSpec, compile_schedule
 
@@ -62,3 +65,21 @@ def test_first_run_of_a_new_job() -> None:
     assert initial_next_run_at(cron, NOW) == NOW + timedelta(hours=1)
     past = compile_schedule(ScheduleSpec(kind="at", expression="2020-01-01T00:00:00Z"))
     assert initial_next_run_at(past, NOW) == datetime(2020, 1, 1, tzinfo=UTC)
+
+
+def test_run_ids_are_uuid5_of_the_job_and_the_microsecond() -> None:
+    """run_id_for is documented as uuid5(namespace, "<job_id>|<µs since epoch>"); its fast path
+    must give exactly that, for any zone, far past and future, and any job id text."""
+    rng = random.Random(7)
+    zones = [UTC, ZoneInfo("America/New_York"), ZoneInfo("Asia/Kathmandu")]
+    ids = ["j", "steady-12345", "ünïcødé/任务", "a|b", ""]
+    for n in range(2000):
+        micros = rng.randrange(-(10**16), 10**17)
+        instant = (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)).astimezone(
+            rng.choice(zones)
+        )
+        job_id = rng.choice(ids) + str(n)
+        expected = uuid.uuid5(RUN_ID_NAMESPACE, f"{job_id}|{micros}")
+        got = run_id_for(job_id, instant)
+        assert got == expected and got.version == 5 and str(got) == str(expected)
+        assert hash(got) == hash(expected) and got.bytes == expected.bytes

@@ -9,10 +9,10 @@ from duetime.errors import InvalidInput
 from duetime.planning import (
     JobPlan,
     PlanningRate,
-    cap_runs,
     lookahead_for,
     plan_job,
     plan_jobs,
+    plan_jobs_capped,
 )
 from duetime.schedule import ScheduleCache, ScheduleSpec
 
@@ -127,23 +127,25 @@ def _runs(plans: list[JobPlan | InvalidInput]) -> list[datetime]:
     return sorted(r.scheduled_for for p in plans if isinstance(p, JobPlan) for r in p.runs)
 
 
-def test_cap_runs_keeps_the_earliest_runs_and_moves_each_cut_job_on() -> None:
+def test_a_capped_batch_keeps_the_earliest_runs_and_moves_each_cut_job_on() -> None:
     jobs = [_Due(f"j{i}", EVERY_SECOND, NOW + timedelta(seconds=i % 2)) for i in range(10)]
-    plans = plan_jobs(jobs, now=NOW, lookahead=BASE, cache=ScheduleCache())
-    assert len(_runs(plans)) > 250  # 31 or 30 a job
-    capped, cut = cap_runs(plans, 50, NOW)
+    whole = plan_jobs(jobs, now=NOW, lookahead=BASE, cache=ScheduleCache())
+    assert len(_runs(whole)) > 250  # 31 or 30 a job
+    capped, cut = plan_jobs_capped(
+        jobs, now=NOW, lookahead=BASE, cache=ScheduleCache(), max_runs=50
+    )
     assert cut
     kept = _runs(capped)
     assert len(kept) <= 50
     # Earliest first: nothing left out is earlier than anything kept.
-    left_out = sorted(set(_runs(plans)) - set(kept))
+    left_out = sorted(set(_runs(whole)) - set(kept))
     assert max(kept) < min(left_out)
-    for job, whole, part in zip(jobs, plans, capped, strict=True):
-        assert isinstance(whole, JobPlan) and isinstance(part, JobPlan)
-        assert part.runs == whole.runs[: len(part.runs)]
+    for job, full, part in zip(jobs, whole, capped, strict=True):
+        assert isinstance(full, JobPlan) and isinstance(part, JobPlan)
+        # The same runs (ids, window placement) as the whole plan's, cut short.
+        assert part.runs == full.runs[: len(part.runs)]
         # The job goes on from its first run left out; planning from there gives the rest.
-        assert part.next_run_at == whole.runs[len(part.runs)].scheduled_for
-        assert part.next_run_at is not None
+        assert part.next_run_at == full.runs[len(part.runs)].scheduled_for
         [rest] = plan_jobs(
             [replace(job, next_run_at=part.next_run_at)],
             now=NOW,
@@ -151,11 +153,11 @@ def test_cap_runs_keeps_the_earliest_runs_and_moves_each_cut_job_on() -> None:
             cache=ScheduleCache(),
         )
         assert isinstance(rest, JobPlan)
-        assert part.runs + rest.runs == whole.runs
-        assert rest.next_run_at == whole.next_run_at
+        assert part.runs + rest.runs == full.runs
+        assert rest.next_run_at == full.next_run_at
 
 
-def test_cap_runs_never_cuts_a_first_run_or_a_missed_run() -> None:
+def test_a_capped_batch_never_cuts_a_first_run_or_a_missed_run() -> None:
     # Ten jobs 100 s behind with catch_up all: 40 missed runs each (older than the 60 s grace),
     # then 61 late-but-on-time and 30 ahead.
     behind = [
@@ -163,8 +165,9 @@ def test_cap_runs_never_cuts_a_first_run_or_a_missed_run() -> None:
         for i in range(10)
     ]
     grace = timedelta(seconds=60)
-    plans = plan_jobs(behind, now=NOW, lookahead=BASE, cache=ScheduleCache(), grace=grace)
-    capped, cut = cap_runs(plans, 5, NOW - grace)
+    capped, cut = plan_jobs_capped(
+        behind, now=NOW, lookahead=BASE, cache=ScheduleCache(), grace=grace, max_runs=5
+    )
     assert cut
     for part in capped:
         assert isinstance(part, JobPlan)
@@ -175,9 +178,17 @@ def test_cap_runs_never_cuts_a_first_run_or_a_missed_run() -> None:
         assert part.next_run_at == NOW - grace
     # A job's first run is kept whatever the cap.
     ahead = [_Due(f"a{i}", EVERY_SECOND, NOW + timedelta(seconds=1)) for i in range(10)]
-    firsts, cut = cap_runs(plan_jobs(ahead, now=NOW, lookahead=BASE, cache=ScheduleCache()), 1, NOW)
+    firsts, cut = plan_jobs_capped(
+        ahead, now=NOW, lookahead=BASE, cache=ScheduleCache(), max_runs=1
+    )
     assert cut and _runs(firsts) == [NOW + timedelta(seconds=1)] * 10
-    # Under the cap, or an error in the batch: the plans pass unchanged.
-    bad = InvalidInput("schedule", "no such zone")
-    assert cap_runs([*plans, bad], 10_000, NOW) == ([*plans, bad], False)
-    assert cap_runs([bad], 1, NOW) == ([bad], False)
+    # Under the cap, or an unschedulable job in the batch: the plans are plan_jobs's.
+    bad = _Due("bad", ScheduleSpec(kind="cron", expression="0 0 * * *", time_zone="Mars/Base"), NOW)
+    batch = [*behind, bad]
+    plain = plan_jobs(batch, now=NOW, lookahead=BASE, cache=ScheduleCache())
+    big, cut = plan_jobs_capped(
+        batch, now=NOW, lookahead=BASE, cache=ScheduleCache(), max_runs=10_000
+    )
+    assert not cut and [str(p) if isinstance(p, InvalidInput) else p for p in big] == [
+        str(p) if isinstance(p, InvalidInput) else p for p in plain
+    ]

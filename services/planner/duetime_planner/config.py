@@ -38,7 +38,7 @@ class PlannerConfig:
     batch_size: int = 5000
     # Runs planned per transaction, about: a batch of frequent jobs (an every-second job has 31
     # runs in a 30 s lookahead) plans its jobs up to the instant where it holds this many runs and
-    # goes on from there in the next batch (planning.cap_runs), so the earliest runs are
+    # goes on from there in the next batch (planning.plan_jobs_capped), so the earliest runs are
     # published first and no transaction grows to hundreds of thousands of rows.
     batch_runs: int = 10_000
     # The sweeper (docs/planner.md): a published run not claimed `sweep_grace` after it was due

@@ -51,9 +51,8 @@ from duetime.planning import (
     JobPlan,
     PlannedRun,
     PlanningRate,
-    cap_runs,
     lookahead_for,
-    plan_jobs,
+    plan_jobs_capped,
 )
 from duetime.schedule import ScheduleCache
 from duetime.store import NewRun, OccurrenceGap, flow
@@ -345,12 +344,13 @@ class Planner:
                 self._last_refused = fence.refused
             lookahead = self.lookahead
             due = tx.jobs_get_due_batch(shards, now + lookahead, cfg.batch_size) if shards else []
-            plans, cut = cap_runs(
-                plan_jobs(
-                    due, now=now, lookahead=lookahead, cache=self.cache, grace=cfg.on_time_grace
-                ),
-                cfg.batch_runs,
-                now - cfg.on_time_grace,
+            plans, cut = plan_jobs_capped(
+                due,
+                now=now,
+                lookahead=lookahead,
+                cache=self.cache,
+                grace=cfg.on_time_grace,
+                max_runs=cfg.batch_runs,
             )
             placed = self._place(tx, now, due, plans)
             new_runs: list[NewRun] = []
