@@ -185,8 +185,9 @@ def test_a_killed_planners_shards_move_within_15_s_and_missed_runs_follow_catch_
     # on-time grace 1 s: what was due more than 1 s before the takeover counts as missed. Planned
     # 1 s ahead: a's lease lapses 2/3 TTL to TTL (6.7-10 s) after the kill, so at least four
     # occurrences fall between a's last planned run and the takeover minus the grace (with 5 s
-    # ahead a fast lapse left one, and the test failed now and then).
-    grace = ["--on-time-grace", "1", "--lookahead", "1", "--max-lookahead", "1"]
+    # ahead a fast lapse left one, and the test failed now and then). No refill: a due job is
+    # planned exactly 1 s ahead, not 15 s more.
+    grace = ["--on-time-grace", "1", "--lookahead", "1", "--max-lookahead", "1", "--refill", "0"]
     a = _start(planners, "planner-a", *grace)
     b = _start(planners, "planner-b", *grace)
     owners = planners.wait_until("the split", lambda: _split_between(planners, a, b), 30)

@@ -22,8 +22,12 @@ from tests.fakes.planner_store import FakePlannerStore, FakePlannerTx, FakeProdu
 from tests.fixtures.clusters import job_ids_on
 
 NOW = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
+# No refill: a round plans exactly the lookahead (the refill has its own test).
 CONFIG = PlannerConfig(
-    lookahead=timedelta(seconds=30), max_lookahead=timedelta(seconds=30), batch_size=50
+    lookahead=timedelta(seconds=30),
+    max_lookahead=timedelta(seconds=30),
+    refill=timedelta(0),
+    batch_size=50,
 )
 TWO = ShardMap.even(["postgresql://a/duetime", "postgresql://b/duetime"])  # 0-63, 64-127
 

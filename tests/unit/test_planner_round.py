@@ -15,8 +15,12 @@ from duetime_planner.planner import Planner
 from tests.fakes.planner_store import FakePlannerStore, FakeProducer, due_job
 
 NOW = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
+# No refill: a round plans exactly the lookahead (the refill has its own test).
 CONFIG = PlannerConfig(
-    lookahead=timedelta(seconds=30), max_lookahead=timedelta(seconds=30), batch_size=50
+    lookahead=timedelta(seconds=30),
+    max_lookahead=timedelta(seconds=30),
+    refill=timedelta(0),
+    batch_size=50,
 )
 
 
@@ -91,6 +95,24 @@ def test_a_round_of_frequent_jobs_is_planned_in_time_slices_earliest_first() -> 
     assert written[:20] == [NOW] * 20 and written == sorted(written)
     assert store.transactions >= 80 // 25
     assert planner.run_once(1.0).runs_created == 0
+
+
+def test_a_due_job_is_planned_refill_beyond_the_lookahead_and_left_alone_until_due_again() -> None:
+    store = FakePlannerStore(NOW)
+    store.add_job(_job("often"))  # every 10 s
+    planner, producer = _planner(store, config=replace(CONFIG, refill=timedelta(seconds=15)))
+    # Lookahead 30 s plus refill 15 s: NOW .. NOW+40, every run published at once.
+    assert planner.run_once(0.0).runs_published == 5
+    assert store.job("often").next_run_at == NOW + timedelta(seconds=50)
+    # 10 s later the job's next run (+50) is not yet within the lookahead (+40): not visited.
+    store.clock = NOW + timedelta(seconds=10)
+    assert planner.run_once(10.0).jobs_planned == 0
+    # 20 s later it is (+50 <= +50): planned up to +65, the next visit 20 s on.
+    store.clock = NOW + timedelta(seconds=20)
+    stats = planner.run_once(20.0)
+    assert (stats.jobs_planned, stats.runs_created) == (1, 2)
+    assert store.job("often").next_run_at == NOW + timedelta(seconds=70)
+    assert len(producer.records) == 7
 
 
 def test_catch_up_policy_decides_the_missed_occurrences() -> None:

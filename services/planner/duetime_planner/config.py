@@ -27,6 +27,11 @@ class PlannerConfig:
     # never beyond `max_lookahead`. 1000/s is below what one planner does on a loaded 2-core
     # machine (~1500/s measured, docs/planner.md).
     max_lookahead: timedelta = timedelta(minutes=10)
+    # A job the due scan finds (next run within the lookahead) is planned `refill` further, so a
+    # frequent job's row is read, planned and advanced once per `refill` of its runs instead of
+    # once per round (an every-second job: 15 runs per visit, not 1). Runs are then out between
+    # lookahead and lookahead + refill ahead of their due time.
+    refill: timedelta = timedelta(seconds=15)
     planning_rate: float = 1000.0
     # How often the jobs due within max_lookahead are counted (a bounded index scan).
     probe_interval: timedelta = timedelta(seconds=5)
@@ -81,6 +86,11 @@ class PlannerConfig:
         if not self.lookahead <= self.max_lookahead <= MAX_HOLD:
             raise ConfigError(
                 f"planner max_lookahead must be between lookahead and {MAX_HOLD} "
+                "(the dispatcher's longest hold)"
+            )
+        if not timedelta(0) <= self.refill <= MAX_HOLD - self.max_lookahead:
+            raise ConfigError(
+                f"planner refill must be between 0 and {MAX_HOLD} minus max_lookahead "
                 "(the dispatcher's longest hold)"
             )
         if self.planning_rate <= 0:

@@ -344,10 +344,12 @@ class Planner:
                 self._last_refused = fence.refused
             lookahead = self.lookahead
             due = tx.jobs_get_due_batch(shards, now + lookahead, cfg.batch_size) if shards else []
+            # Jobs due within the lookahead are planned `refill` beyond it (PlannerConfig).
+            plan_until = lookahead + cfg.refill
             plans, cut = plan_jobs_capped(
                 due,
                 now=now,
-                lookahead=lookahead,
+                lookahead=plan_until,
                 cache=self.cache,
                 grace=cfg.on_time_grace,
                 max_runs=cfg.batch_runs,
@@ -412,7 +414,7 @@ class Planner:
                 inserted=len(inserted),
                 lookahead_s=round(lookahead.total_seconds(), 1),
             )
-        published = self._publish_planned(planned, inserted, now, now + lookahead)
+        published = self._publish_planned(planned, inserted, now, now + plan_until)
         stats = PlanStats(
             jobs_planned=len(due),
             runs_created=len(new_runs),

@@ -63,6 +63,13 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         default=defaults.max_lookahead.total_seconds(),
         help="how far ahead a coming spike may be planned, in seconds (default 600)",
     )
+    parser.add_argument(
+        "--refill",
+        type=float,
+        default=defaults.refill.total_seconds(),
+        help="plan a due job this many seconds beyond the lookahead, so a frequent job is "
+        f"visited once per that many seconds of runs (default {defaults.refill.total_seconds():g})",
+    )
     parser.add_argument("--tick", type=float, default=0.5, help="loop period in seconds")
     parser.add_argument(
         "--batch-size", type=int, default=defaults.batch_size, help="jobs planned per transaction"
@@ -124,6 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = PlannerConfig(
         lookahead=timedelta(seconds=args.lookahead),
         max_lookahead=timedelta(seconds=max(args.max_lookahead, args.lookahead)),
+        refill=timedelta(seconds=args.refill),
         tick_interval=timedelta(seconds=args.tick),
         batch_size=args.batch_size,
         batch_runs=args.batch_runs,
