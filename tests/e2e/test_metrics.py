@@ -102,7 +102,7 @@ def test_scraped_counts_match_the_database_after_a_demo_run(
         planner, dispatcher = scrape(urls["planner"]), scrape(urls["dispatcher"])
         worker, reaper = scrape(urls["worker"]), scrape(urls["reaper"])
         return {
-            "planned": planner["duetime_runs_planned_total"],
+            "planned": planner["duetime_runs_planned_total{cluster=0}"],
             "released": dispatcher["duetime_runs_released_total"],
             "lateness_observed": dispatcher["duetime_release_lateness_seconds_count"],
             "started": worker["duetime_runs_started_total"],

@@ -21,8 +21,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from duetime.bus.topics import TopicCatalog
 from duetime.config import read_env_file
-from duetime.lifetime import parent_death_preexec
 from duetime.store import Store
+from tests.fixtures.terminal import as_from_a_terminal
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e")]
 
@@ -63,7 +63,7 @@ def test_up_demo_runs_and_ctrl_c_leaves_nothing_behind(tmp_path: Path) -> None:
             stdout=log,
             stderr=subprocess.STDOUT,
             # If the test session dies, up gets SIGTERM and stops all it started.
-            preexec_fn=parent_death_preexec(signal.SIGTERM),
+            preexec_fn=as_from_a_terminal(),
         )
     pids: set[int] = set()
     store: Store | None = None

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from duetime.lifetime import parent_death_preexec
+from tests.fixtures.terminal import as_from_a_terminal
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e")]
 
@@ -63,7 +63,7 @@ def test_up_prints_a_metrics_url_per_service_and_each_answers(tmp_path: Path) ->
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
-            preexec_fn=parent_death_preexec(signal.SIGTERM),
+            preexec_fn=as_from_a_terminal(),
         )
     try:
         deadline = time.monotonic() + 120
