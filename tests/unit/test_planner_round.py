@@ -89,10 +89,17 @@ def test_a_round_of_frequent_jobs_is_planned_in_time_slices_earliest_first() -> 
         store.job(f"often-{i}").next_run_at == NOW + timedelta(seconds=40) for i in range(20)
     )
     assert len(producer.records) == 80
-    # Earliest first, in slices: every run due at NOW was written before any run due later, and
-    # no batch wrote more than 25 (plus one first run a job).
-    written = [scheduled_for for _job_id, scheduled_for in store.state.runs]
-    assert written[:20] == [NOW] * 20 and written == sorted(written)
+    # Earliest first, in time slices, for the runs due within the lookahead's first half (15 s):
+    # every one of them was written before any run due later, and no batch wrote more than 25
+    # (plus one first run a job). Beyond, whole jobs: each job's remaining runs in one batch.
+    written = [(job_id, scheduled_for) for job_id, scheduled_for in store.state.runs]
+    urgent = [s for _j, s in written if s < NOW + timedelta(seconds=15)]
+    assert [s for _j, s in written[: len(urgent)]] == sorted(urgent)
+    assert urgent[:20] == [NOW] * 20
+    later = [j for j, s in written[len(urgent) :]]
+    assert later and all(s >= NOW + timedelta(seconds=15) for _j, s in written[len(urgent) :])
+    assert later == sorted(later, key=later.index)  # contiguous per job
+    assert len(set(later)) == 20
     assert store.transactions >= 80 // 25
     assert planner.run_once(1.0).runs_created == 0
 

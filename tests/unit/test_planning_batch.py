@@ -192,3 +192,50 @@ def test_a_capped_batch_never_cuts_a_first_run_or_a_missed_run() -> None:
     assert not cut and [str(p) if isinstance(p, InvalidInput) else p for p in big] == [
         str(p) if isinstance(p, InvalidInput) else p for p in plain
     ]
+
+
+def test_a_batch_of_jobs_due_at_the_lookaheads_far_half_keeps_whole_jobs() -> None:
+    # Ten every-second jobs whose next run is 20 s ahead: 16 runs each up to +35 s.
+    jobs = [_Due(f"j{i}", EVERY_SECOND, NOW + timedelta(seconds=20)) for i in range(10)]
+    whole = plan_jobs(jobs, now=NOW, lookahead=timedelta(seconds=35), cache=ScheduleCache())
+    capped, cut = plan_jobs_capped(
+        jobs,
+        now=NOW,
+        lookahead=timedelta(seconds=35),
+        cache=ScheduleCache(),
+        max_runs=50,
+        whole_jobs_from=NOW + timedelta(seconds=15),
+    )
+    # The first three jobs fit in 50 runs and keep every run; the others are left out whole.
+    assert cut
+    assert capped[:3] == whole[:3] and capped[3:] == [None] * 7
+    # A job left out with a run before whole_jobs_from: cut in time instead, nothing left out.
+    early = [*jobs[:9], _Due("soon", EVERY_SECOND, NOW + timedelta(seconds=5))]
+    sliced, cut = plan_jobs_capped(
+        early,
+        now=NOW,
+        lookahead=timedelta(seconds=35),
+        cache=ScheduleCache(),
+        max_runs=50,
+        whole_jobs_from=NOW + timedelta(seconds=15),
+    )
+    assert cut and all(isinstance(p, JobPlan) and p.runs for p in sliced)
+    # The first job is kept whole even when it alone holds more than max_runs.
+    [first, *rest], cut = plan_jobs_capped(
+        jobs,
+        now=NOW,
+        lookahead=timedelta(seconds=35),
+        cache=ScheduleCache(),
+        max_runs=5,
+        whole_jobs_from=NOW + timedelta(seconds=15),
+    )
+    assert cut and first == whole[0] and rest == [None] * 9
+    # Under the cap: plan_jobs's plans.
+    assert plan_jobs_capped(
+        jobs,
+        now=NOW,
+        lookahead=timedelta(seconds=35),
+        cache=ScheduleCache(),
+        max_runs=1000,
+        whole_jobs_from=NOW,
+    ) == (whole, False)

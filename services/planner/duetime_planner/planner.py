@@ -169,6 +169,7 @@ class Planner:
         # Several clusters planned by one process: the jobs due ahead on all of them (given this
         # cluster's, returns every cluster's latest), and the process's one planning rate.
         self._due_ahead = due_ahead
+        self._scan_limit = self.config.batch_size
         self.rate = rate or PlanningRate(self.config.planning_rate, min_jobs=self.config.batch_size)
         self._limits: dict[str, TargetLimit] = {}
         self._rates_read_at: float | None = None
@@ -343,17 +344,29 @@ class Planner:
                     )
                 self._last_refused = fence.refused
             lookahead = self.lookahead
-            due = tx.jobs_get_due_batch(shards, now + lookahead, cfg.batch_size) if shards else []
+            scanned = 0
+            scan_limit = self._scan_limit
+            due = tx.jobs_get_due_batch(shards, now + lookahead, scan_limit) if shards else []
+            scanned = len(due)
             # Jobs due within the lookahead are planned `refill` beyond it (PlannerConfig).
             plan_until = lookahead + cfg.refill
-            plans, cut = plan_jobs_capped(
+            capped, cut = plan_jobs_capped(
                 due,
                 now=now,
                 lookahead=plan_until,
                 cache=self.cache,
                 grace=cfg.on_time_grace,
                 max_runs=cfg.batch_runs,
+                # Whole jobs may be left for the next batch when none of them is due within
+                # the lookahead's first half (planning.plan_jobs_capped).
+                whole_jobs_from=now + lookahead / 2,
             )
+            # Jobs left out whole are not planned now: their rows stay due for the next batch,
+            # which scans about as many jobs as fitted in this one.
+            kept = [(j, p) for j, p in zip(due, capped, strict=True) if p is not None]
+            self._scan_limit = self._next_scan_limit(scan_limit, len(due), len(kept))
+            due = [j for j, _p in kept]
+            plans = [p for _j, p in kept if p is not None]
             placed = self._place(tx, now, due, plans)
             new_runs: list[NewRun] = []
             planned: list[tuple[DueJob, tuple[PlannedRun, ...]]] = []
@@ -422,7 +435,15 @@ class Planner:
             writes_fenced=fenced,
         )
         # A cut batch left runs of its jobs within the lookahead for the next one.
-        return stats + published, len(due) == cfg.batch_size or cut
+        return stats + published, scanned == scan_limit or cut
+
+    def _next_scan_limit(self, limit: int, scanned: int, kept: int) -> int:
+        """Jobs the next due scan reads: as many as this batch kept when it left whole jobs
+        out (plus a quarter, in case the next ones have fewer runs), else back up towards
+        ``batch_size``: a row read and locked but left out costs a lock for nothing."""
+        if kept < scanned:
+            return max(1, min(self.config.batch_size, kept + kept // 4 + 1))
+        return min(self.config.batch_size, limit * 2)
 
     @contextmanager
     def _home_tx(self, tx: PlannerTx) -> Iterator[PlannerTx]:
