@@ -277,6 +277,50 @@ def test_the_sweeper_republishes_runs_that_were_lost(
     assert planner.sweep().runs_swept == 0
 
 
+def test_the_sweeper_and_the_publish_mark_skip_rows_another_transaction_writes(
+    env: tuple[Settings, Store, Producer],
+) -> None:
+    # Both used to wait for such a row, and the writer of a batch of rows (the dispatcher
+    # recording emitted runs) waiting in turn on a row they had locked was a deadlock.
+    settings, store, producer = env
+    planner = Planner(store, producer, TopicCatalog(settings.topic_prefix), PlannerConfig())
+    planner.ensure_partitions(datetime.now(UTC).date())
+    with store.engine.begin() as conn:
+        busy = _insert_run(conn, "busy", service="lost", due_s=-90, published_s=-95)
+        free = _insert_run(conn, "free", service="lost", due_s=-80, published_s=-95)
+        fresh = _insert_run(conn, "fresh", service="new", due_s=60, published_s=None)
+        fresh_busy = _insert_run(conn, "fresh-busy", service="new", due_s=60, published_s=None)
+        keys = {
+            r.run_id: r.scheduled_for
+            for r in conn.execute(
+                text("SELECT run_id, scheduled_for FROM runs WHERE run_id = ANY(:ids)"),
+                {"ids": [fresh, fresh_busy]},
+            )
+        }
+    with store.engine.connect() as other:
+        other.execute(
+            text("SELECT 1 FROM runs WHERE run_id = ANY(:ids) FOR UPDATE"),
+            {"ids": [busy, fresh_busy]},
+        )
+        with store.tx() as tx:
+            tx.conn.execute(text("SET LOCAL lock_timeout = '5s'"))  # a wait would fail the test
+            swept = tx.runs_sweep_lost(
+                grace=timedelta(seconds=30),
+                max_grace=timedelta(minutes=10),
+                margin=timedelta(seconds=10),
+                limit=10,
+                scan_limit=100,
+            )
+            marked = tx.runs_mark_published_many(list(keys.items()))
+        other.rollback()
+    assert [run_id for run_id, _reason in swept] == [free]
+    assert marked == 1
+    assert _republished(store) == {free, fresh_busy}
+    # Once the other transaction ended, the next rounds take them.
+    assert planner.sweep().runs_swept == 1
+    assert _republished(store) == {free, busy, fresh_busy}
+
+
 def test_ingest_upserts_by_version_and_rejects_bad_records(
     env: tuple[Settings, Store, Producer],
 ) -> None:

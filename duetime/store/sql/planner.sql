@@ -162,10 +162,21 @@ RETURNING run_id;
 
 -- name: runs_mark_published_many
 -- Only what the broker acknowledged; publish_count feeds the sweeper's exponential grace.
+-- A row another transaction is writing is skipped rather than waited for (the dispatcher
+-- recording a swept run's re-publication as emitted locks rows in its own order: waiting was a
+-- deadlock). Left unmarked, it is published again later, a copy the dispatcher drops.
+-- The locked rows' state was re-checked when they were locked, so the UPDATE joins on the key
+-- alone (with the state predicates there too, the planner chose the outbox index for every row).
+WITH u AS (
+    SELECT r.run_id, r.scheduled_for
+    FROM json_to_recordset(CAST(:rows AS json)) AS k(run_id uuid, scheduled_for timestamptz)
+    JOIN runs r ON r.run_id = k.run_id AND r.scheduled_for = k.scheduled_for
+    WHERE r.state = 'scheduled' AND r.published_at IS NULL
+    FOR UPDATE OF r SKIP LOCKED
+)
 UPDATE runs r SET published_at = now(), publish_count = r.publish_count + 1, updated_at = now()
-FROM json_to_recordset(CAST(:rows AS json)) AS u(run_id uuid, scheduled_for timestamptz)
-WHERE r.run_id = u.run_id AND r.scheduled_for = u.scheduled_for AND r.state = 'scheduled'
-  AND r.published_at IS NULL;
+FROM u
+WHERE r.run_id = u.run_id AND r.scheduled_for = u.scheduled_for;
 
 -- name: runs_cancel_orphans
 -- Unpublished runs of deleted jobs are cancelled, one statement per outbox batch.
@@ -215,12 +226,20 @@ WITH candidates AS (
               secs => CAST(:grace_seconds AS double precision))
     ORDER BY c.due_at
     LIMIT :limit
+), locked AS (
+    -- Rows another transaction is writing (the dispatcher recording emitted runs, a worker's
+    -- claim) are skipped, not waited for: the sweeper waiting on such a batch while that batch
+    -- waits on a row the sweeper already locked was a deadlock (seen under a steady load).
+    SELECT r.run_id, r.scheduled_for, lost.reason
+    FROM runs r JOIN lost ON r.run_id = lost.run_id AND r.scheduled_for = lost.scheduled_for
+    WHERE r.state = 'scheduled' AND r.published_at IS NOT NULL
+    FOR UPDATE OF r SKIP LOCKED
 )
+-- (state re-checked at the lock: the UPDATE joins on the key alone, by the primary key)
 UPDATE runs r SET published_at = NULL, updated_at = now()
-FROM lost
-WHERE r.run_id = lost.run_id AND r.scheduled_for = lost.scheduled_for
-  AND r.state = 'scheduled' AND r.published_at IS NOT NULL
-RETURNING r.run_id, lost.reason;
+FROM locked
+WHERE r.run_id = locked.run_id AND r.scheduled_for = locked.scheduled_for
+RETURNING r.run_id, locked.reason;
 
 -- name: jobs_estimated_rows
 -- How many rows the query planner believes jobs holds (-1 before the first ANALYZE).
