@@ -86,13 +86,7 @@ class AvroCodec(Generic[T]):
         """Decode ``data``; every failure is a ``CodecError`` whose message says what is wrong."""
         if data is None:
             raise CodecError(f"{self.name}: empty record (null value)")
-        for key, value in headers or ():
-            if key == SCHEMA_HEADER and value != self._header_value:
-                shown = value.decode("ascii", "replace") if value else "none"
-                raise CodecError(
-                    f"{self.name}: unknown schema fingerprint {shown!r} "
-                    f"(expected {self.fingerprint})"
-                )
+        self.check_headers(headers)
         record = self.read(data)
         try:
             return self._from_record(record)
@@ -100,3 +94,13 @@ class AvroCodec(Generic[T]):
             raise
         except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             raise CodecError(f"{self.name}: {exc}") from exc
+
+    def check_headers(self, headers: Headers) -> None:
+        """``CodecError`` if the headers name another schema than this codec's."""
+        for key, value in headers or ():
+            if key == SCHEMA_HEADER and value != self._header_value:
+                shown = value.decode("ascii", "replace") if value else "none"
+                raise CodecError(
+                    f"{self.name}: unknown schema fingerprint {shown!r} "
+                    f"(expected {self.fingerprint})"
+                )

@@ -1,4 +1,5 @@
-"""RunEvent records encoded per job, not per run: the planner's publishing hot path.
+"""RunEvent records encoded and decoded per job, not per run: the planner's publishing and the
+dispatcher's intake hot paths.
 
 A RunEvent's Avro encoding is the concatenation of its fields' encodings in schema order. Every
 field but four (run_id, scheduled_for, due_at, attempt) comes from the job, so ``RunTemplate``
@@ -8,19 +9,27 @@ costs a fraction of a general encoder's per-record setup. The bytes are identica
 ``RUN_EVENTS.encode`` of the same RunEvent: the unit tests compare them over random runs and
 targets, so a schema change that this module does not follow fails the tests, and the order of
 the leading fields is also checked at import.
+
+``RunDecoder`` is the other direction: the per-run head (run_id, job_id, tenant, the two instants
+and the attempt) is read by hand, and the job's tail (the same bytes for every run of one job
+version) is decoded once by the schema's own codec and remembered, so the dispatcher does not
+run a full Avro decode per run of the job. A record whose head does not parse, or whose tail is
+not known yet, goes through ``RUN_EVENTS.decode``, which validates it whole.
 """
 
 from __future__ import annotations
 
 import struct
+import uuid
 from datetime import UTC, datetime, timedelta
 
-from duetime.model import HeaderValue, HttpTarget, SecretRef, Target
+from duetime.model import HeaderValue, HttpTarget, RunEvent, SecretRef, Target
 from duetime.schedule import RetryPolicy
 
+from .codec import Headers
 from .records import RUN_EVENTS
 
-__all__ = ["RunTemplate"]
+__all__ = ["RunDecoder", "RunTemplate"]
 
 # The fields in schema order; the per-job tail starts at max_attempts.
 _FIELDS = (
@@ -168,3 +177,90 @@ class RunTemplate:
                 self._tail,
             )
         )
+
+
+def _read_long(data: bytes, pos: int) -> tuple[int, int]:
+    """An Avro int/long at ``pos``: its value and the position after it."""
+    shift = result = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 64 bits")
+
+
+def _read_string(data: bytes, pos: int) -> tuple[str, int]:
+    length, pos = _read_long(data, pos)
+    end = pos + length
+    if length < 0 or end > len(data):
+        raise ValueError("string beyond the record")
+    return data[pos:end].decode(), end
+
+
+# What a job's tail holds: max_attempts, target_service, target, lease, heartbeat, retry.
+_Tail = tuple[int, str, Target, timedelta, timedelta, RetryPolicy]
+
+
+class RunDecoder:
+    """``RUN_EVENTS.decode``, the job's part of each record decoded once (module docstring).
+
+    Args:
+        max_jobs: tails remembered; beyond it the memory starts afresh (job versions come and go).
+    """
+
+    __slots__ = ("_max_jobs", "_tails")
+
+    def __init__(self, max_jobs: int = 100_000) -> None:
+        self._max_jobs = max_jobs
+        self._tails: dict[bytes, _Tail] = {}
+
+    def decode(self, data: bytes | None, headers: Headers = None) -> RunEvent:
+        """The RunEvent of ``data``; ``CodecError`` exactly where ``RUN_EVENTS.decode`` raises."""
+        if data is None:
+            return RUN_EVENTS.decode(data, headers)
+        RUN_EVENTS.check_headers(headers)
+        try:
+            run_id, pos = _read_string(data, 0)
+            job_id, pos = _read_string(data, pos)
+            tenant, pos = _read_string(data, pos)
+            scheduled_us, pos = _read_long(data, pos)
+            due_us, pos = _read_long(data, pos)
+            attempt, pos = _read_long(data, pos)
+            tail = self._tails.get(data[pos:])
+            if tail is None:
+                return self._learn(data, pos, headers)
+            max_attempts, target_service, target, lease, heartbeat, retry = tail
+            return RunEvent(
+                run_id=uuid.UUID(run_id),
+                job_id=job_id,
+                tenant=tenant,
+                scheduled_for=_EPOCH + timedelta(microseconds=scheduled_us),
+                due_at=_EPOCH + timedelta(microseconds=due_us),
+                attempt=attempt,
+                max_attempts=max_attempts,
+                target_service=target_service,
+                target=target,
+                lease=lease,
+                heartbeat_interval=heartbeat,
+                retry=retry,
+            )
+        except (IndexError, ValueError, OverflowError):
+            return RUN_EVENTS.decode(data, headers)  # raises the codec's own error
+
+    def _learn(self, data: bytes, pos: int, headers: Headers) -> RunEvent:
+        run = RUN_EVENTS.decode(data, headers)  # the whole record validated once per tail
+        if len(self._tails) >= self._max_jobs:
+            self._tails.clear()
+        self._tails[data[pos:]] = (
+            run.max_attempts,
+            run.target_service,
+            run.target,
+            run.lease,
+            run.heartbeat_interval,
+            run.retry,
+        )
+        return run

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -100,3 +101,9 @@ def test_kafka_headers_are_the_same_keys_as_bytes() -> None:
         ("X-Duetime-Fencing-Token", b"2"),
         ("X-Duetime-Scheduled-For", b"2026-03-29T01:30:00Z"),
     ]
+    # The same instant in another zone, and from the formatted-instant memory: the same header.
+    local = SCHEDULED.astimezone(ZoneInfo("Europe/London"))
+    for at in (SCHEDULED, local):
+        assert kafka_headers(RUN_ID, 3, 4, at) == [
+            (k, v.encode()) for k, v in duetime_headers(RUN_ID, 3, 4, SCHEDULED)
+        ]

@@ -47,6 +47,7 @@ from prometheus_client import CollectorRegistry
 
 from duetime.bus.kafka import producer_config
 from duetime.bus.run_headers import epoch_ms
+from duetime.bus.run_template import RunDecoder
 from duetime.bus.topics import TopicCatalog
 from duetime.config import Settings
 from duetime.errors import CodecError, StoreError
@@ -179,6 +180,7 @@ class Dispatcher:
         self.app.on_partitions_assigned.connect(self._on_assigned)  # type: ignore[arg-type]
         self.app.on_before_shutdown.connect(self._on_shutdown)  # type: ignore[arg-type]
         self._wake: asyncio.Event | None = None
+        self._decoder = RunDecoder()
         self._log_thread = ThreadPoolExecutor(1, thread_name_prefix="dispatcher-log")
         self._closing = False
 
@@ -262,7 +264,7 @@ class Dispatcher:
 
     def _plan_emission(self, routed: Routed, source: Source) -> Routed:
         try:
-            planned, skipped = plan_emission(routed, self.settings.topic_prefix)
+            planned, skipped = plan_emission(routed, self.settings.topic_prefix, self._decoder)
         except Exception as exc:
             # A bug in planning must not make a routable run poison: a worker can still run it.
             planned, skipped = routed, repr(exc)
