@@ -381,7 +381,12 @@ def write_report(results: Sequence[Result], path: Path) -> None:
         "- **lost** = expected runs (N, or K × window seconds) that never reached the target"
         " before the drain timeout (90 s after T, 60 s after a steady window);"
         " **duplicates** = handler starts beyond one per (run_id, attempt). PostgreSQL is"
-        " checked afterwards for runs not `succeeded`.",
+        " checked afterwards for runs not `succeeded`. A steady load above what the"
+        " machine sustains leaves a backlog: its `lost` counts the window's occurrences"
+        " not started by the drain deadline, the runs still `scheduled` in PostgreSQL"
+        " (they run later) and the occurrences not yet planned when the benchmark paused"
+        " the jobs (a paused job's unplanned occurrences are not run); the notes give the"
+        " states of the runs the planner had created.",
         "- **Far-future jobs** are set-up only: one `INSERT ... SELECT ... FROM"
         " generate_series` of one-off jobs due a year ahead (columns from a validated"
         " definition, shard by the project's hash), then `VACUUM ANALYZE`.",
