@@ -64,7 +64,7 @@ class DemoTarget:
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _DemoServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -74,6 +74,14 @@ class DemoTarget:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class _DemoServer(ThreadingHTTPServer):
+    """A listen backlog for the workers' many connections (socketserver's default is 5: the
+    overflow is dropped SYNs, whose retries arrive seconds later as slow requests)."""
+
+    request_queue_size = 1024
+    daemon_threads = True
 
 
 def demo_jobs(port: int) -> list[JobDefinition]:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,6 +43,7 @@ from duetime_workers.kafka_target import KafkaExecutor
 from duetime_workers.producer import AsyncProducer
 from duetime_workers.targets import Targets
 from duetime_workers.transport import make_http_client
+from tests.fixtures.target import TargetServer
 
 pytestmark = pytest.mark.integration
 
@@ -120,8 +121,7 @@ def target() -> Iterator[tuple[Target_, str]]:
         def log_message(self, format: str, *args: Any) -> None:
             return
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+    server = TargetServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:

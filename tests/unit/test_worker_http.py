@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from duetime_workers.http_target import HttpExecutor
 from duetime_workers.outcome import AttemptOutcome, OutcomeKind
 from duetime_workers.secret_store import SecretStore
 from duetime_workers.transport import HttpClient, make_http_client
+from tests.fixtures.target import TargetServer
 
 RUN_ID = uuid.UUID("6a1f3c2e-0b7d-4e59-9d41-1c2b3a4d5e6f")
 SCHEDULED = datetime(2026, 1, 1, tzinfo=UTC)
@@ -67,8 +68,7 @@ class _Server:
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = TargetServer(("127.0.0.1", 0), Handler)
         self.port = self.httpd.server_address[1]
         threading.Thread(
             target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
