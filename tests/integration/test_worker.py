@@ -9,6 +9,7 @@ conditions with deadlines, never on fixed sleeps.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -619,6 +620,18 @@ def _worker_env(env: Env, worker_id: str) -> dict[str, str]:
     }
 
 
+@contextlib.contextmanager
+def _stopped_on_failure(proc: subprocess.Popen[str]) -> Iterator[None]:
+    """Stop ``proc`` (and with it the processes it supervises) when the block fails, so a
+    failed wait leaves no worker running after the test."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            _stop(proc)
+        raise
+
+
 def _stop(proc: subprocess.Popen[str], sig: signal.Signals = signal.SIGTERM) -> str:
     try:
         proc.send_signal(sig)
@@ -653,7 +666,8 @@ def test_entry_point_runs_until_sigterm_and_exits_cleanly(
         stderr=subprocess.PIPE,
         text=True,
     )
-    row = wait_for(state_is(env, run.run_id, "succeeded"), "the run to succeed")
+    with _stopped_on_failure(proc):
+        row = wait_for(state_is(env, run.run_id, "succeeded"), "the run to succeed")
     assert row.worker == "cli-worker"
     lines = _stop(proc).splitlines()
     assert any(" worker.started " in line for line in lines)
@@ -675,10 +689,11 @@ def test_several_worker_processes_never_run_one_attempt_twice(
         stderr=subprocess.PIPE,
         text=True,
     )
-    env.publish(*runs)
-    env.publish(*runs)  # duplicates on purpose: both copies may land on different processes
-    for run in runs:
-        wait_for(state_is(env, run.run_id, "succeeded"), f"run {run.run_id} to succeed")
+    with _stopped_on_failure(proc):
+        env.publish(*runs)
+        env.publish(*runs)  # duplicates on purpose: both copies may land on different processes
+        for run in runs:
+            wait_for(state_is(env, run.run_id, "succeeded"), f"run {run.run_id} to succeed")
     stderr = _stop(proc)
     assert " worker.supervisor_stopped code=0" in stderr
     seen = recorder.requests("/ok/multi")
