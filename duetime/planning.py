@@ -208,14 +208,13 @@ def plan_jobs_capped(
             searched[key] = plan
         found.append(plan)
     cut = False
-    kept: list[CatchUpPlan | InvalidInput | None] = list(found)
+    kept: Sequence[CatchUpPlan | InvalidInput | None] = found
     if max_runs is not None:
         whole = None if whole_jobs_from is None else _whole_jobs(found, max_runs, whole_jobs_from)
         if whole is not None:
             kept, cut = whole, True
         else:
-            capped, cut = _cap(found, max_runs, now - grace)
-            kept = list(capped)
+            kept, cut = _cap(found, max_runs, now - grace)
     plans: list[JobPlan | InvalidInput | None] = [
         plan
         if plan is None or isinstance(plan, InvalidInput)

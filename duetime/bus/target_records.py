@@ -56,34 +56,30 @@ def duetime_headers(
         (RUN_ID, str(run_id)),
         (ATTEMPT, str(attempt)),
         (FENCING_TOKEN, str(fencing_token)),
-        (SCHEDULED_FOR, format_instant(scheduled_for)),
+        (SCHEDULED_FOR, _formatted(scheduled_for)),
     ]
+
+
+def _formatted(instant: datetime) -> str:
+    """``format_instant``, once per instant for the recent ones: a spike's runs (the dispatcher
+    builds their headers as it reads them) share a handful of scheduled instants."""
+    text = _FORMATTED.get(instant)
+    if text is None:
+        if len(_FORMATTED) >= 4096:
+            _FORMATTED.clear()
+        text = _FORMATTED[instant] = format_instant(instant)
+    return text
+
+
+_FORMATTED: dict[datetime, str] = {}
 
 
 def kafka_headers(
     run_id: uuid.UUID, attempt: int, fencing_token: int, scheduled_for: datetime
 ) -> list[tuple[str, bytes]]:
-    """The idempotency and fencing headers as Kafka record headers (UTF-8 values): the same as
-    ``duetime_headers``, built directly (the dispatcher builds one list per run it reads), the
-    scheduled instant formatted once for the runs that share it."""
-    formatted = _FORMATTED.get(scheduled_for)
-    if formatted is None:
-        if len(_FORMATTED) >= 4096:
-            _FORMATTED.clear()
-        formatted = _FORMATTED[scheduled_for] = format_instant(scheduled_for).encode("utf-8")
-    run = str(run_id)
-    tried = str(attempt)
-    return [
-        (IDEMPOTENCY_KEY, f"{run}:{tried}".encode()),
-        (RUN_ID, run.encode()),
-        (ATTEMPT, tried.encode()),
-        (FENCING_TOKEN, str(fencing_token).encode()),
-        (SCHEDULED_FOR, formatted),
-    ]
-
-
-# Recent scheduled instants, formatted (a spike's runs share a handful of them).
-_FORMATTED: dict[datetime, bytes] = {}
+    """The idempotency and fencing headers as Kafka record headers (UTF-8 values)."""
+    headers = duetime_headers(run_id, attempt, fencing_token, scheduled_for)
+    return [(k, v.encode("utf-8")) for k, v in headers]
 
 
 def topic_refusal(topic: str, reserved_prefix: str) -> str | None:

@@ -344,7 +344,6 @@ class Planner:
                     )
                 self._last_refused = fence.refused
             lookahead = self.lookahead
-            scanned = 0
             scan_limit = self._scan_limit
             due = tx.jobs_get_due_batch(shards, now + lookahead, scan_limit) if shards else []
             scanned = len(due)
