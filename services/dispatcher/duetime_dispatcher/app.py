@@ -1,20 +1,23 @@
 """The faust glue: due topics in, the holding in the middle, ``runs.ready`` out.
 
-Two coroutines share one :class:`~duetime_dispatcher.holding.Holding` on the event loop:
+faust runs the process (its worker: signals, the event loop, the service's tasks); the due
+topics are read by a confluent-kafka consumer in batches (:mod:`duetime_dispatcher.intake`), not
+by a faust agent, whose event per record cost a third of the dispatcher's time per run. Two
+coroutines share one :class:`~duetime_dispatcher.holding.Holding` on the event loop:
 
-* the *intake* agent takes up to ``max_batch`` raw records per step (``noack_take``: faust acks
-  nothing by itself), routes them from their headers (:mod:`duetime_dispatcher.routing`) and
-  hands them to the holding; at the cap on held runs it pauses its partitions
+* the *intake* task takes up to ``max_batch`` records per step from the consumer's fetched
+  queue, routes them from their headers (:mod:`duetime_dispatcher.routing`) and hands them to
+  the holding; at the cap on held runs it pauses its partitions
   (:mod:`duetime_dispatcher.backpressure`);
 * the *release* task sleeps until the wheel's next due instant (at most ``max_sleep``, and woken
   early by the intake), takes what is due, publishes it, and once the broker has acknowledged
   a release, acks the source records that are now a settled prefix of their partition.
 
-faust commits the acked offsets every ``commit_interval``. It only ever sees contiguous acks
+The intake commits the acked positions every ``commit_interval``. Acks are only ever contiguous
 (:mod:`duetime_dispatcher.ledger`), so a run held for an hour pins its partition's committed
-offset below it for that hour, and a crash replays it. On a rebalance, faust revokes every
-partition (eager protocol) and seeks the new assignment back to the committed offsets, so the
-holding drops what it held for those partitions and reads it again.
+offset below it for that hour, and a crash replays it. On a rebalance the revoked partitions'
+positions are committed and the holding drops what it held of them; their next owner reads it
+again from there.
 
 Due instants are on the planner's database clock. The dispatcher estimates its own clock's
 offset from the send time the planner stamps on each record (:mod:`duetime_dispatcher.clock_offset`)
@@ -35,14 +38,15 @@ import gc
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import faust
-from confluent_kafka import Producer
+from confluent_kafka import Message, Producer
+from faust.app.base import BootStrategy
 from prometheus_client import CollectorRegistry
 
 from duetime.bus.kafka import producer_config
@@ -59,10 +63,12 @@ from .clock_offset import ClockOffset
 from .config import DispatcherConfig, faust_settings
 from .fast_path import plan_emission
 from .holding import Holding, Outcome, Release, Source
+from .intake import IntakeConsumer
+from .ledger import Partition
 from .metrics import lateness_histogram
 from .publisher import ReadyPublisher
 from .recorder import DispatcherStore, EmittedRecorder, RunClusters
-from .routing import Routed, route_record
+from .routing import Headers, Routed, route_record
 from .throttle import Throttle
 
 __all__ = ["Dispatcher"]
@@ -130,9 +136,8 @@ class Dispatcher:
         )
         self.gate = IntakeGate(config.max_held, config.low_water, config.max_pause)
         self._paused = False  # whether the gate stopped the intake
-        self._intake_open: asyncio.Event | None = None
         self._skew_logged = False
-        self.holding: Holding[Any] = Holding(
+        self.holding: Holding[Source] = Holding(
             clock(),
             dedup_window=self.config.dedup_window,
             max_hold=self.config.max_hold,
@@ -140,8 +145,8 @@ class Dispatcher:
             tick=self.config.tick,
             prepare=self.config.prepare_ahead,
         )
-        self.stale = 0  # events skipped because a rebalance happened since they were read
-        self.publisher: ReadyPublisher[Any] = ReadyPublisher.from_settings(
+        self.stale = 0  # records of a partition no longer assigned (none expected; counted)
+        self.publisher: ReadyPublisher[Source] = ReadyPublisher.from_settings(
             settings, self.catalog.ready, self.config.publish_timeout.total_seconds()
         )
         self._clusters: ClusterStores | None = None
@@ -152,7 +157,7 @@ class Dispatcher:
             )
             store = self._clusters.home
             clusters = self._clusters if len(self._clusters) > 1 else None
-        self.recorder: EmittedRecorder[Any] = EmittedRecorder(
+        self.recorder: EmittedRecorder[Source] = EmittedRecorder(
             store,
             Producer(producer_config(settings, **{"linger.ms": 20})),
             self.catalog.results,
@@ -160,63 +165,84 @@ class Dispatcher:
             clusters=clusters,
         )
         self.emit_skipped = 0  # Kafka targets sent to runs.ready instead (refused, undecodable)
-        self.throttle: Throttle[Any] = Throttle()
+        self.throttle: Throttle[Source] = Throttle()
         self._next_grant = clock()
         self._last_release = clock()
         self._reported_waiting = False
-        self.app = faust.App(self.group_id, **faust_settings(settings, self.config, self.catalog))
-        self.source = self.app.topic(
-            *self.catalog.due_topics,
-            key_serializer="raw",
-            value_serializer="raw",
-            allow_empty=True,
+        self.app = _ServiceApp(self.group_id, **faust_settings(settings, self.config, self.catalog))
+        self.intake = IntakeConsumer(
+            settings,
+            self.group_id,
+            self.catalog.due_topics,
+            on_assigned=self._on_assigned,
+            on_revoked=self._on_revoked,
         )
-        self.app.agent(self.source, name=f"{self.group_id}.intake", concurrency=1)(self._intake)
+        self.app.task(self._intake_loop)
         self.app.task(self._release_loop)
         self.app.task(self._record_loop)
         # mode's SignalHandlerT (VarArg/NamedArg) accepts no callable under current mypy, not even
-        # its own documented handler shape; the receivers below follow that shape.
-        self.app.on_partitions_revoked.connect(self._on_revoked)  # type: ignore[arg-type]
-        self.app.on_partitions_assigned.connect(self._on_assigned)  # type: ignore[arg-type]
+        # its own documented handler shape; the receiver below follows that shape.
         self.app.on_before_shutdown.connect(self._on_shutdown)  # type: ignore[arg-type]
         self._wake: asyncio.Event | None = None
+        self._joined = asyncio.Event()  # set at the first assignment (possibly of nothing)
         self._decoder = RunDecoder()
         self._log_thread = ThreadPoolExecutor(1, thread_name_prefix="dispatcher-log")
         self._closing = False
 
     # -- intake --------------------------------------------------------------------------------
 
-    async def _intake(self, stream: Any) -> None:
-        within = self.config.batch_within.total_seconds()
-        self._intake_open = intake_open = asyncio.Event()
-        if not self._paused:
-            intake_open.set()
-        async for events in stream.noack_take(self.config.max_batch, within=within):
-            self.take(events)
-            # At the cap: take nothing more until releases (or shedding) make room.
-            await intake_open.wait()
+    async def _intake_loop(self) -> None:
+        """Take what the consumer has fetched, a batch at a time; commit acked positions.
 
-    def take(self, events: Sequence[Any]) -> None:
-        """Route a batch of faust events and hand them to the holding."""
-        app, holding = self.app, self.holding
-        generation = app.consumer_generation_id
-        active = app.flow_control.is_active()
+        ``poll`` never blocks, so between batches the release task gets the loop; an empty poll
+        sleeps ``idle_poll``. A paused intake (the held cap) keeps polling: that serves
+        rebalances and keeps the group membership alive, and paused partitions hand out
+        nothing."""
+        intake = self.intake
+        intake.subscribe()
+        max_batch = self.config.max_batch
+        idle = self.config.idle_poll.total_seconds()
+        commit_every = self.config.commit_interval
+        next_commit = self._clock() + commit_every
+        try:
+            while not self.app.should_stop and not self._closing:
+                messages = intake.poll(max_batch)
+                if messages:
+                    self.take(messages)
+                    await asyncio.sleep(0)
+                else:
+                    await asyncio.sleep(idle)
+                if self._closing:
+                    return  # the shutdown hook commits and closes the consumer
+                if self._clock() >= next_commit:
+                    intake.commit()
+                    next_commit = self._clock() + commit_every
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("dispatcher.intake_crashed")
+            await self.app.crash(exc)
+
+    def take(self, messages: Sequence[Message]) -> None:
+        """Route a batch of records and hand them to the holding."""
+        holding = self.holding
+        assigned = self.intake.assigned
         local_now = self._clock()
         received_ms = epoch_ms(local_now)
         now = local_now - self.clock_offset.correction_ms * _MS
         min_sent_delta: int | None = None
         debug = log.isEnabledFor(logging.DEBUG)
-        for item in events:
-            message = item.message
-            if not active or message.generation_id != generation:
-                # Read before a rebalance that has since revoked its partition: the partition was
-                # sought back to its committed offset, and the record comes again. faust's own
-                # stream makes the same check; events already in the take buffer escape it.
+        for message in messages:
+            source = Source(message.topic(), message.partition(), message.offset())  # type: ignore[arg-type]
+            if source.tp not in assigned:
+                # Revoked while the batch was taken (a rebalance callback served by the same
+                # poll): its next owner reads it from the committed position.
                 self.stale += 1
                 continue
-            source = Source(message.topic, message.partition, message.offset)
             try:
-                routed: Routed | None = route_record(item.value, _headers(message.headers))
+                # librdkafka hands header values over as bytes (or None), never str.
+                headers = cast(Headers, message.headers() or [])
+                routed: Routed | None = route_record(message.value(), headers)
                 if routed is not None and routed.target_kind == "kafka":
                     routed = self._plan_emission(routed, source)
             except Exception as exc:
@@ -232,7 +258,7 @@ class Dispatcher:
                     offset=source.offset,
                     reason=str(exc) if isinstance(exc, CodecError) else repr(exc),
                 )
-            outcome = holding.receive(source, routed, item, now)
+            outcome = holding.receive(source, routed, source, now)
             if routed is None:
                 continue
             if routed.sent_at_ms is not None:
@@ -292,24 +318,20 @@ class Dispatcher:
     # -- back-pressure -------------------------------------------------------------------------
 
     def _apply_gate(self, now: datetime) -> None:
-        """Stop or restart the intake when the gate changes.
+        """Pause or resume the intake's partitions when the gate changes.
 
-        The intake agent simply stops taking batches (it waits on ``_intake_open``). faust's
-        own ``pause_partitions`` is not used: faust drops records of a partition paused while
-        a fetched batch is being handed out, after the consumer's position has passed them
-        (``Consumer.getmany`` filters on the live set of active partitions), and a later ack
-        would commit past them. A waiting agent loses nothing: faust's take buffer and stream
-        buffer fill up and its fetcher waits on them; heartbeats go on.
+        librdkafka drops a paused partition's fetched records and fetches again from the
+        position after the last record it handed out, so a pause skips nothing; the intake
+        keeps polling while paused, which serves rebalances and heartbeats the group.
         """
         paused = self.gate.update(self._held(), now) is Gate.PAUSED
         if paused == self._paused:
             return
         self._paused = paused
-        if self._intake_open is not None:
-            if paused:
-                self._intake_open.clear()
-            else:
-                self._intake_open.set()
+        if paused:
+            self.intake.pause()
+        else:
+            self.intake.resume()
         log_event(
             log,
             "intake.paused" if paused else "intake.resumed",
@@ -374,6 +396,9 @@ class Dispatcher:
 
     async def _release_loop(self) -> None:
         self._wake = wake = asyncio.Event()
+        # Started means a member of the group with its partitions (as faust's start meant):
+        # until the first assignment nothing can be held, and callers wait on this line.
+        await self._joined.wait()
         log_event(
             log,
             "dispatcher.started",
@@ -483,7 +508,7 @@ class Dispatcher:
             self._log_released(lines, start_lag, acknowledged_at - taken_at)
         return len(lines)
 
-    async def grant(self) -> list[Release[Any]]:
+    async def grant(self) -> list[Release[Source]]:
         """Ask PostgreSQL which runs waiting at throttled targets may go now (one statement
         round for every waiting target); on a database error nothing goes this time."""
         self._next_grant = self._clock() + self.config.throttle_interval
@@ -561,7 +586,7 @@ class Dispatcher:
         """Flush the recorder and ack what it wrote. False if the database write failed."""
         if not self.recorder.pending:
             return True
-        written: list[Release[Any]] = await self.recorder.flush()
+        written: list[Release[Source]] = await self.recorder.flush()
         for release in written:
             self.holding.settle(release)
         self._ack(self.holding.ackable())
@@ -602,29 +627,28 @@ class Dispatcher:
 
     # -- acks, rebalances, shutdown ------------------------------------------------------------
 
-    @staticmethod
-    def _ack(tokens: Iterable[Any]) -> None:
-        for token in tokens:
-            token.ack()
+    def _ack(self, tokens: Iterable[Source]) -> None:
+        """Move each partition's commit position past its settled prefix (in offset order)."""
+        ack = self.intake.ack
+        for source in tokens:
+            ack(source.tp, source.offset)
 
-    # mode calls signal receivers as ``receiver(sender, *args, signal=..., **kwargs)``.
+    # The intake's consumer calls these from its poll, on the event loop.
 
-    async def _on_revoked(self, sender: Any, *args: Any, **kwargs: Any) -> None:
-        revoked: Iterable[Any] = args[0]
-        partitions = {(tp.topic, tp.partition) for tp in revoked}
+    def _on_revoked(self, partitions: list[Partition]) -> None:
         dropped = self.holding.revoke(partitions) + self.throttle.revoke(partitions)
         log_event(log, "partitions.revoked", count=len(partitions), dropped_runs=dropped)
-        self._apply_gate(self.db_now())
 
-    async def _on_assigned(self, sender: Any, *args: Any, **kwargs: Any) -> None:
-        assigned: Iterable[Any] = args[0]
-        log_event(log, "partitions.assigned", count=len(set(assigned)))
-        self._apply_gate(self.db_now())  # a revocation may have dropped enough to resume
+    def _on_assigned(self, partitions: list[Partition]) -> None:
+        log_event(log, "partitions.assigned", count=len(partitions))
+        self._joined.set()
 
     async def _on_shutdown(self, sender: Any, *args: Any, **kwargs: Any) -> None:
+        # mode calls signal receivers as ``receiver(sender, *args, signal=..., **kwargs)``.
         self._closing = True
         await self.publisher.close()
         await self.record_emitted()
+        self.intake.close()  # commits the acked positions, then leaves the group
         self.recorder.close(self.config.publish_timeout)
         if self._clusters is not None:
             self._clusters.close()
@@ -676,9 +700,12 @@ def _log_each_released(lines: Sequence[tuple[Routed, float]]) -> None:
         )
 
 
-def _headers(raw: Any) -> list[tuple[str, bytes | None]]:
-    if not raw:
-        return []
-    if isinstance(raw, Mapping):
-        return list(raw.items())
-    return [(str(key), value) for key, value in raw]
+class _Boot(BootStrategy):
+    """faust without its Kafka clients: the intake has its own consumer and the publisher and
+    recorder their own producers, so faust's would only join the group and hold connections."""
+
+    enable_kafka = False
+
+
+class _ServiceApp(faust.App):
+    BootStrategy = _Boot

@@ -23,9 +23,10 @@ class DispatcherConfig:
     """How the dispatcher batches, sleeps, de-duplicates and reports.
 
     Attributes:
-        max_batch: records taken from the stream per step (the hot path is batched: one event at
-            a time tops out near 7k records/s here).
-        batch_within: how long a step waits to fill its batch.
+        max_batch: records taken from the consumer's fetched queue per step (the hot path is
+            batched; a step holds the event loop for ~50 us a record, so the release task waits
+            at most one step).
+        idle_poll: how long the intake sleeps after a poll that found nothing.
         max_sleep: the longest the release loop sleeps between looks at the wheel.
         dedup_window: how long a released (run_id, attempt) still drops copies (see
             :mod:`duetime_dispatcher.holding` for why it is short).
@@ -33,15 +34,14 @@ class DispatcherConfig:
         prepare_ahead: how long before a run is due the wheel does the work of taking it out
             (cascades, sorting): a midnight spike is sorted a second early, and released at
             midnight by slicing a list. Nothing is released before it is due.
-        commit_interval: how often faust commits the acked prefix of each partition.
+        commit_interval: how often the intake commits the acked prefix of each partition.
         retry_interval: how long after the broker refused a release it is tried again.
         publish_timeout: the longest one release round waits for the broker's acknowledgements;
             above librdkafka's ``message.timeout.ms`` (30 s), so every record gets its report.
         stats_interval: how often the ``dispatcher.stats`` line is written.
         max_hold: the furthest ahead a run may be due and still be held. A run due later is
             logged (``run.too_far``) and acked without being held: held, it would pin its
-            partition's committed offset; the planner re-publishes it when it is due. faust's
-            "no commit in a while" livelock warning is pushed beyond this horizon.
+            partition's committed offset; the planner re-publishes it when it is due.
         max_held: the cap on runs held in memory (environment ``DUETIME_DISPATCHER_MAX_HELD``,
             option ``--max-held``). At the cap the intake pauses its partitions
             (:mod:`duetime_dispatcher.backpressure`); ~4 KB per held run.
@@ -71,7 +71,7 @@ class DispatcherConfig:
     """
 
     max_batch: int = 1000
-    batch_within: timedelta = timedelta(milliseconds=50)
+    idle_poll: timedelta = timedelta(milliseconds=5)
     max_sleep: timedelta = timedelta(milliseconds=50)
     dedup_window: timedelta = timedelta(seconds=60)
     tick: timedelta = timedelta(milliseconds=10)
@@ -106,7 +106,7 @@ class DispatcherConfig:
         if not timedelta(0) <= self.clock_threshold <= self.clock_warn:
             raise ConfigError("dispatcher clock_threshold must be between 0 and clock_warn")
         positive = {
-            "batch_within": self.batch_within,
+            "idle_poll": self.idle_poll,
             "max_sleep": self.max_sleep,
             "tick": self.tick,
             "commit_interval": self.commit_interval,
@@ -143,21 +143,16 @@ def faust_settings(
 ) -> dict[str, Any]:
     """Keyword arguments for ``faust.App``.
 
-    The ones that matter for correctness:
-
-    * ``stream_wait_empty=False``: by default faust waits, at every rebalance and at shutdown,
-      until every event read has been acked. The dispatcher holds events unacked until their runs
-      are due, so that wait would stall a rebalance for up to an hour.
-    * ``processing_guarantee="at_least_once"``: exactly-once needs Kafka transactions, which
-      duetime does not use (and the local broker cannot do).
-    * ``topic_allow_declare=False`` and ``topic_disable_leader=True``: topics are created
-      explicitly at start-up with their partitions; faust must not declare any (the local broker
-      would auto-create them with 4 partitions).
-    * ``broker_commit_livelock_soft_timeout``: a partition whose oldest run is due in an hour
-      does not commit for an hour, by design; faust would log that as a livelock.
+    faust runs the process (worker, signals, tasks) but starts no Kafka client of its own: the
+    intake, the publisher and the recorder have theirs (see ``_ServiceApp`` in
+    :mod:`duetime_dispatcher.app`). These settings keep it that way should anything touch faust's
+    topics: ``topic_allow_declare=False`` and ``topic_disable_leader=True`` (topics are created
+    explicitly at start-up with their partitions; the local broker would auto-create them with
+    4), ``processing_guarantee="at_least_once"`` (exactly-once needs Kafka transactions, which
+    duetime does not use), no web server and an in-memory store.
     """
     brokers = [f"kafka://{host.strip()}" for host in settings.require_kafka().split(",")]
-    conf: dict[str, Any] = {
+    return {
         "broker": brokers,
         "processing_guarantee": "at_least_once",
         "topic_partitions": catalog.partitions,
@@ -166,21 +161,9 @@ def faust_settings(
         "web_enabled": False,
         "store": "memory://",
         "autodiscover": False,
-        "stream_wait_empty": False,
-        "consumer_auto_offset_reset": "earliest",
-        "broker_commit_interval": config.commit_interval.total_seconds(),
-        "broker_commit_livelock_soft_timeout": config.max_hold.total_seconds(),
         # Each dispatcher process of one data dir keeps its own faust directory.
         "datadir": str(
             Path(settings.data_dir)
             / ("dispatcher" if config.instance == 0 else f"dispatcher-{config.instance}")
         ),
     }
-    if settings.profile == "local":
-        # shared/KAFKA.md §3: the session timeout alone decides the join time on the local broker.
-        conf.update(
-            broker_session_timeout=6.0,
-            broker_heartbeat_interval=1.0,
-            broker_rebalance_timeout=10.0,
-        )
-    return conf
