@@ -13,7 +13,9 @@ can hang in its clean-up (a flush to a broker that is gone). Three mechanisms cl
   to exit; then, where the kernel sends no signal, it sends SIGTERM itself, and ``grace`` seconds
   later it kills its own process group. A clean-up that hangs cannot keep an orphan alive.
 - ``exit_after(grace, what)``: once a stop has begun, end the process ``grace`` seconds later,
-  whatever it is still waiting for.
+  whatever it is still waiting for. ``exit_after_stop(stopping, grace, what)`` arms it when an
+  event is set, so that the deadline runs from the signal, not from the moment a main loop stuck
+  in a call that hangs gets round to its clean-up.
 
 Caveat: the kernel sends the parent-death signal when the *thread* that forked the child exits,
 not the whole process. Start such children from a thread that lives as long as they should (the
@@ -38,6 +40,7 @@ from duetime.logs import event
 __all__ = [
     "PARENT_DEATH_SIGNAL_AVAILABLE",
     "exit_after",
+    "exit_after_stop",
     "hard_exit",
     "parent_death_preexec",
     "watch_parent",
@@ -148,6 +151,24 @@ def exit_after(grace: float, what: str) -> threading.Timer:
     timer.daemon = True
     timer.start()
     return timer
+
+
+def exit_after_stop(stopping: threading.Event, grace: float, what: str) -> threading.Thread:
+    """End this process ``grace`` seconds after ``stopping`` is set, unless it has exited.
+
+    Set ``stopping`` where the stop is asked for (a signal handler): the deadline then covers
+    everything after it, the round in progress included, and the interpreter's own exit (which
+    joins threads that may be stuck on a connection that is gone).
+    """
+
+    def watch() -> None:
+        stopping.wait()
+        time.sleep(grace)
+        hard_exit(what, "stop_overran", grace, group=False)
+
+    thread = threading.Thread(target=watch, name="stop-deadline", daemon=True)
+    thread.start()
+    return thread
 
 
 def hard_exit(what: str, reason: str, grace: float, *, group: bool) -> None:

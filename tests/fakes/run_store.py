@@ -36,13 +36,15 @@ class FakeStore:
 
     ``claim_errors`` / ``complete_errors`` make the next calls fail before doing anything;
     ``claim_lost_replies`` / ``complete_lost_replies`` make them fail *after* their effect
-    (a commit whose reply never arrived). ``heartbeat_hang`` blocks renewals until set.
+    (a commit whose reply never arrived). ``heartbeat_hang`` blocks renewals until set,
+    ``complete_hang`` completions.
     """
 
     runs: dict[uuid.UUID, FakeRun] = field(default_factory=dict)
     claim_errors: int = 0
     claim_lost_replies: int = 0
     heartbeat_hang: threading.Event | None = None
+    complete_hang: threading.Event | None = None
     complete_errors: int = 0
     complete_lost_replies: int = 0
     renewals: int = 0
@@ -97,6 +99,8 @@ class FakeStore:
             }
 
     def runs_complete_batch(self, worker: str, ends: Sequence[AttemptEnd]) -> set[uuid.UUID]:
+        if self.complete_hang is not None:
+            self.complete_hang.wait()  # a silent partition: the call neither fails nor returns
         with self.lock:
             self.complete_calls += 1
             if self.complete_errors:

@@ -28,10 +28,12 @@ from typing import Any, TypeVar
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from duetime.bus.kafka import consumer_config, create_topics, producer_config
 from duetime.bus.records import RUN_EVENTS, RUN_RESULTS
 from duetime.bus.topics import TopicCatalog, TopicSpec
+from duetime.cli.supervisor import STOP_GRACE
 from duetime.config import Settings
 from duetime.errors import StoreError
 from duetime.model import HttpTarget, KafkaTarget, RunEvent, SecretRef, Target, run_id_for
@@ -44,6 +46,7 @@ from duetime_workers.kafka_target import KafkaExecutor
 from duetime_workers.producer import AsyncProducer
 from duetime_workers.targets import Targets
 from duetime_workers.transport import make_http_client
+from tests.fixtures.proxy import TcpProxy
 from tests.fixtures.target import TargetServer
 
 pytestmark = pytest.mark.integration
@@ -706,6 +709,50 @@ def test_several_worker_processes_never_run_one_attempt_twice(
             {"ids": [r.run_id for r in runs]},
         ).scalars()
         assert set(workers) <= {"multi-0", "multi-1"}
+
+
+def test_stops_within_its_grace_when_the_database_is_cut_off(
+    env: Env, target: tuple[Target_, str]
+) -> None:
+    """An attempt is executing when PostgreSQL goes silent (a TCP proxy stops passing bytes),
+    then SIGTERM: the grace (1 s) passes, the hand-back statement hangs, and so would the
+    clean-up; the process ends at its stop deadline (grace + 3 s) anyway, well within the 10 s
+    ``duetime up`` gives a service before SIGKILL."""
+    recorder, base = target
+    run = env.new_run(HttpTarget(url=f"{base}/hold/cut-off"))
+    url = make_url(env.settings.database_url)
+    proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432)
+    proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    arrived, release = recorder.hold("cut-off")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "duetime_workers", "--processes", "1", "--shutdown-grace", "1"],
+        env={**_worker_env(env, "cut-off"), "DUETIME_DATABASE_URL": proxied},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with _stopped_on_failure(proc):
+            env.publish(run)
+            assert arrived.wait(WAIT), "the attempt never reached the target"
+        proxy.set_mode("blackhole")
+        began = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _, stderr = proc.communicate(timeout=STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, stderr = proc.communicate()
+            raise AssertionError(f"still running {STOP_GRACE} s after SIGTERM:\n{stderr}") from None
+        took = time.monotonic() - began
+    finally:
+        release.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proxy.close()
+    assert took < 1 + 3 + 2, stderr  # the deadline, with slack for a busy machine
+    assert proc.returncode in (0, 70), stderr
+    assert " worker.handing_back " in stderr
 
 
 def test_a_claim_whose_reply_was_lost_still_runs_the_attempt(

@@ -312,6 +312,29 @@ async def test_completion_that_never_lands_is_left_to_the_reaper(calls: Blocking
     assert (report.status, report.commit) == ("completion_failed", True)
 
 
+async def test_a_hanging_completion_gives_up_when_the_lease_runs_out(
+    calls: BlockingCalls,
+) -> None:
+    # The statement neither fails nor returns (a silent partition). Its own deadline is 10 s,
+    # but the attempt's lease ends long before: the reaper owns the run from then on.
+    hang = threading.Event()
+    store, events = FakeStore(complete_hang=hang), FakeEvents()
+    runner = _runner(store, events, FakeTargets(OK), calls, db_call_timeout=timedelta(seconds=10))
+    started = time.monotonic()
+    try:
+        report = await asyncio.wait_for(runner.run(_run(lease_s=1.0)), 5)
+        elapsed = time.monotonic() - started
+    finally:
+        hang.set()
+    assert (report.status, report.commit) == ("completion_failed", True)
+    # The local deadline is lease - margin (1.0 - 0.5 s) after the claim was sent.
+    assert 0.45 <= elapsed < 1.0
+    assert events.results == []
+    # The completion batcher serves the next attempt once the hang is over.
+    store.complete_hang = None
+    assert (await asyncio.wait_for(runner.run(_run(lease_s=5.0)), 5)).status == "succeeded"
+
+
 async def test_claim_is_retried_through_database_errors(calls: BlockingCalls) -> None:
     store, targets = FakeStore(claim_errors=2), FakeTargets(OK)
     report = await _runner(store, FakeEvents(), targets, calls).run(_run())

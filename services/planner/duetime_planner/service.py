@@ -5,6 +5,10 @@ shards under an etcd lease (``duetime.coord``) and fences its writes in PostgreS
 or with ``--shard-mode skip-locked``, it competes for every shard's due rows with SKIP LOCKED.
 With a shard map (``DUETIME_SHARD_MAP``) it plans every cluster, one after another
 (``clusters.py``), and the ingest writes each job to its cluster.
+
+A stop ends the process within ``STOP_DEADLINE`` of the signal, whatever the round in progress
+or the clean-up is waiting for (a database, broker or etcd that is gone): exit status 70 then.
+Nothing is lost by that: what was planned is in PostgreSQL, what was not is planned next time.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from duetime.coord.etcd import EtcdBackend, etcd_root, parse_endpoints
 from duetime.coord.ownership import OwnershipConfig
 from duetime.coord.runner import OwnershipThread
 from duetime.errors import ConfigError, DuetimeError
+from duetime.lifetime import exit_after_stop
 from duetime.logs import configure_logging, event
 from duetime.metrics import serve_metrics
 from duetime.store.clusters import ClusterStores
@@ -40,12 +45,15 @@ from .ingest import IngestStats, JobIngest
 from .metrics import PlannerMetrics
 from .ports import ShardOwner
 
-__all__ = ["main"]
+__all__ = ["STOP_DEADLINE", "main"]
 
 log = logging.getLogger("duetime.planner")
 _SHARD_MODES = ("auto", "etcd", "skip-locked")
 # After a failure (PostgreSQL or the broker away), seconds before the failed part tries again.
 _RETRY_PAUSE = 2.0
+#: Seconds from the stop signal to the end of the process, done or not: within the 10 s
+#: ``duetime up`` gives a service before SIGKILL.
+STOP_DEADLINE = 8.0
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -141,6 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    exit_after_stop(stop, STOP_DEADLINE, "planner")
 
     catalog = TopicCatalog(settings.topic_prefix)
     clusters = ClusterStores(

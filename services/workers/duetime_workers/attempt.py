@@ -21,8 +21,10 @@ attempt.
 Every database call has a client-side deadline (``BlockingCalls``). The claim is retried through
 database errors for ``claim_give_up``; after that the record is committed past anyway, because
 the planner's sweeper re-publishes runs that stay unclaimed (the database, not Kafka, is what
-guarantees a run is not lost). The completion is retried until the local lease deadline; if it
-never lands, the lease expires and the reaper schedules the next attempt.
+guarantees a run is not lost). The completion is retried until the local lease deadline, and
+no try waits beyond it (each statement's deadline is ``db_call_timeout`` or the time left on the
+lease, whichever is shorter); if it never lands, the lease expires and the reaper schedules the
+next attempt.
 
 A target that answers 202 takes the attempt over (an async target, ``duetime.async_targets``):
 the same fenced completion statement keeps the run ``running`` under the attempt's token with a
@@ -402,8 +404,14 @@ class AttemptRunner:
         )
         pause = _COMPLETE_RETRY_FIRST
         while True:
+            # Past the local deadline the lease is (about to be) gone and the reaper takes over,
+            # so no try, the first included, may wait beyond it: a statement that hangs would
+            # otherwise hold the attempt for db_call_timeout after its lease.
+            remaining = lease.clock.remaining(self._monotonic())
+            if remaining <= 0:
+                return None
             try:
-                return await lane.completions.submit(end)
+                return await lane.completions.submit(end, within=remaining)
             except (StoreError, TimeoutError) as exc:
                 event(
                     "run.completion_error",
@@ -411,11 +419,7 @@ class AttemptRunner:
                     **_context(run, claim.attempt),
                     error=_describe(exc),
                 )
-            # Past the local deadline the lease is (about to be) gone; the reaper takes over.
-            remaining = lease.clock.remaining(self._monotonic())
-            if remaining <= 0:
-                return None
-            await asyncio.sleep(min(pause, remaining))
+            await asyncio.sleep(min(pause, lease.clock.remaining(self._monotonic())))
             pause = min(pause * 2, _COMPLETE_RETRY_MAX)
 
     # announce -----------------------------------------------------------------------------

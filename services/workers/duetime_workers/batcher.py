@@ -8,12 +8,18 @@ lone request goes out at once, so nothing waits for a batch to fill.
 
 A failed statement fails every request in it with the same exception; each attempt then retries
 on its own terms (its claim deadline, its lease), and the retries batch again.
+
+A caller may bound its own wait (``submit(request, within=...)``: a completion may not outlast
+its lease). It then gets ``TimeoutError`` when that time is up, its request is dropped from the
+batch if it has not gone out yet, and a statement carrying only bounded requests is given no
+longer than the longest of their waits: nobody is left to hear its answer after that.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -50,7 +56,8 @@ class StatementBatcher(Generic[Req, Res]):
         self._timeout = timeout
         self._max_batch = max_batch
         self._parallel = parallel
-        self._pending: list[tuple[Req, asyncio.Future[Res]]] = []
+        # (request, its result, the loop time its caller stops waiting; inf: the statement's own)
+        self._pending: list[tuple[Req, asyncio.Future[Res], float]] = []
         self._ready: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.statements = 0  # how many statements were sent (tests and stats read it)
@@ -65,19 +72,32 @@ class StatementBatcher(Generic[Req, Res]):
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for _, future in self._pending:
+        for _, future, _ in self._pending:
             if not future.done():
                 future.cancel()
         self._pending.clear()
 
-    async def submit(self, request: Req) -> Res:
-        """The result for ``request``; raises what its statement raised."""
+    async def submit(self, request: Req, within: float | None = None) -> Res:
+        """The result for ``request``; raises what its statement raised.
+
+        Args:
+            request: one row of the next statement.
+            within: the most the caller waits (seconds), from now, queueing included; then
+                ``TimeoutError``. None: only the statement's own deadline applies.
+        """
         if self._ready is None:
             raise RuntimeError("StatementBatcher.start() was not called")
-        future: asyncio.Future[Res] = asyncio.get_running_loop().create_future()
-        self._pending.append((request, future))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Res] = loop.create_future()
+        if within is None:
+            self._pending.append((request, future, math.inf))
+            self._ready.set()
+            return await future
+        wait = max(min(within, self._timeout), 0.001)
+        self._pending.append((request, future, loop.time() + wait))
         self._ready.set()
-        return await future
+        # On timeout wait_for cancels the future: _serve skips it, or drops its result.
+        return await asyncio.wait_for(future, wait)
 
     async def _serve(self) -> None:
         assert self._ready is not None
@@ -86,26 +106,30 @@ class StatementBatcher(Generic[Req, Res]):
             await ready.wait()
             # One pass of the loop lets every attempt started in the same step submit first.
             await asyncio.sleep(0)
-            batch = [(r, f) for r, f in self._pending[: self._max_batch] if not f.done()]
+            batch = [(r, f, d) for r, f, d in self._pending[: self._max_batch] if not f.done()]
             del self._pending[: self._max_batch]
             if not self._pending:
                 ready.clear()
             if not batch:
                 continue
             self.statements += 1
+            now = asyncio.get_running_loop().time()
+            longest_wait = max(deadline for _, _, deadline in batch) - now
             try:
                 results = await self._calls.call(
-                    self._timeout, self._flush, [request for request, _ in batch]
+                    min(self._timeout, longest_wait),
+                    self._flush,
+                    [request for request, _, _ in batch],
                 )
             except asyncio.CancelledError:
-                for _, future in batch:
+                for _, future, _ in batch:
                     future.cancel()
                 raise
             except Exception as exc:  # StoreError, TimeoutError, or a bug: the callers decide
-                for _, future in batch:
-                    if not future.done():
+                for _, future, _ in batch:
+                    if not future.done():  # its caller may have stopped waiting
                         future.set_exception(exc)
                 continue
-            for (_, future), result in zip(batch, results, strict=True):
-                if not future.done():
+            for (_, future, _), result in zip(batch, results, strict=True):
+                if not future.done():  # its caller may have stopped waiting
                     future.set_result(result)

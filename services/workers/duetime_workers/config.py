@@ -62,7 +62,8 @@ class WorkerConfig:
             at once. 5 s, so that the hand-back lands within the 10 s ``duetime up`` gives a
             service after SIGTERM.
         db_call_timeout: Client-side deadline for a claim or completion statement. A silent
-            network partition raises nothing, so every database call needs one.
+            network partition raises nothing, so every database call needs one. A completion
+            gets less when less is left on its lease.
         claim_give_up: How long a claim is retried through database errors before the record
             is committed past anyway (the planner's sweeper re-publishes unclaimed runs).
         poll_timeout: How long one consumer poll waits for records.

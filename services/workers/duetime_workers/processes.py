@@ -6,9 +6,11 @@ core. The supervisor only starts them, restarts one that dies (after a pause tha
 30 s), and stops them:
 
 - SIGTERM or SIGINT to the supervisor is passed on to every worker process, which drains as a
-  lone worker would (``shutdown_grace``). When the whole process group is signalled, a worker
-  receives the signal twice (directly and passed on); a worker counts a repeat within a second as
-  the same request, so only a deliberate second signal cuts the grace short.
+  lone worker would (``shutdown_grace``) and ends itself when its stop overruns its deadline;
+  the supervisor kills any still running ``stop_timeout`` after the signal. When the whole
+  process group is signalled, a worker receives the signal twice (directly and passed on); a
+  worker counts a repeat within a second as the same request, so only a deliberate second
+  signal cuts the grace short.
 - Each worker process asks the kernel to send it SIGTERM when the supervisor dies
   (``PR_SET_PDEATHSIG`` on Linux), so a SIGKILLed supervisor leaves no worker behind.
 - ``/metrics`` (when ``DUETIME_METRICS_PORT`` is set) is served by the supervisor alone: the
@@ -46,7 +48,6 @@ CHILD_ENV = "DUETIME_WORKER_CHILD"
 _PR_SET_PDEATHSIG = 1
 _RESTART_FIRST = 1.0
 _RESTART_MAX = 30.0
-_STOP_TIMEOUT = 60.0
 _OWN_OPTIONS = ("--processes", "--worker-id")
 _METRICS_DIR_PREFIX = "duetime-worker-metrics-"
 
@@ -171,8 +172,8 @@ class _Supervisor:
                 del self.restart_at[index]
                 self.start(index)
 
-    def wait_all(self) -> int:
-        deadline = time.monotonic() + _STOP_TIMEOUT
+    def wait_all(self, stop_timeout: float) -> int:
+        deadline = time.monotonic() + stop_timeout
         code = 0
         for child in self.children.values():
             try:
@@ -203,8 +204,11 @@ def _running(pid: int) -> bool:
     return True
 
 
-def supervise(count: int, base_id: str, argv: list[str], env: Mapping[str, str]) -> int:
-    """Run ``count`` worker processes until SIGTERM/SIGINT; the exit code of the worst one."""
+def supervise(
+    count: int, base_id: str, argv: list[str], env: Mapping[str, str], *, stop_timeout: float
+) -> int:
+    """Run ``count`` worker processes until SIGTERM/SIGINT; the exit code of the worst one.
+    Worker processes still running ``stop_timeout`` seconds after the signal are killed."""
     sup = _Supervisor(count, base_id, argv, env)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, sup.on_signal)
@@ -217,7 +221,7 @@ def supervise(count: int, base_id: str, argv: list[str], env: Mapping[str, str])
             time.sleep(0.2)
             if not sup.stopping:
                 sup.watch()
-        code = sup.wait_all()
+        code = sup.wait_all(stop_timeout)
     finally:
         sup.close_metrics()
     event("worker.supervisor_stopped", code=code)

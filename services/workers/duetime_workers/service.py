@@ -2,7 +2,9 @@
 
 Registered as entry point ``worker`` in group ``duetime.services`` (so ``duetime`` can start it
 without importing this package) and runnable as ``python -m duetime_workers``. Exit codes:
-0 after a clean shutdown, 1 when the worker failed, 2 for unusable settings.
+0 after a clean shutdown, 1 when the worker failed, 2 for unusable settings, 70 when a stop
+overran its deadline (``shutdown_grace`` + 3 s, 8 s by default: within the 10 s ``duetime up``
+gives a service before SIGKILL, whatever the database or the broker is doing).
 
 With ``--processes N`` (default: one per CPU core) this process supervises N worker processes
 (:mod:`duetime_workers.processes`): Python runs one thread of Python at a time, and a worker's
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from duetime.config import load_settings
 from duetime.errors import ConfigError, DuetimeError
+from duetime.lifetime import exit_after_stop
 from duetime.metrics import serve_metrics
 
 from .config import WorkerConfig
@@ -30,7 +33,14 @@ from .processes import child_argv, die_with_parent, process_count, supervise
 from .secret_store import check_secrets_dir
 from .worker import WorkerService
 
-__all__ = ["build_config", "main", "parser"]
+__all__ = ["build_config", "main", "parser", "stop_deadline"]
+
+# What a stop may take beyond the shutdown grace: the hand-back (one statement, bounded by the
+# leases), the offsets' commit, leaving the group and the producer's flush. Without it, a worker
+# whose database is gone waited out every deadline in turn (about 25 s).
+_AFTER_GRACE = timedelta(seconds=3)
+# A supervisor of worker processes kills those still running this long after their deadline.
+_KILL_AFTER_DEADLINE = timedelta(seconds=1)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -95,6 +105,11 @@ def build_config(args: argparse.Namespace) -> WorkerConfig:
     return config
 
 
+def stop_deadline(config: WorkerConfig) -> timedelta:
+    """How long after a stop is requested the worker process ends, done or not."""
+    return config.shutdown_grace + _AFTER_GRACE
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     configure_logging(args.log_level)
@@ -108,7 +123,14 @@ def main(argv: list[str] | None = None) -> int:
         event("worker.config_error", logging.ERROR, error=str(exc))
         return 2
     if count > 1:
-        return supervise(count, config.worker_id, child_argv(argv), os.environ)
+        stop_timeout = stop_deadline(config) + _KILL_AFTER_DEADLINE
+        return supervise(
+            count,
+            config.worker_id,
+            child_argv(argv),
+            os.environ,
+            stop_timeout=stop_timeout.total_seconds(),
+        )
     die_with_parent()
     endpoint = None
     try:
@@ -116,7 +138,13 @@ def main(argv: list[str] | None = None) -> int:
         # A worker process under ``supervise`` gets no port: its supervisor serves the merged
         # counters of all of them.
         endpoint = serve_metrics("worker", os.environ)
-        return asyncio.run(WorkerService(settings, config, metrics).run())
+        service = WorkerService(settings, config, metrics)
+        exit_after_stop(service.stopping, stop_deadline(config).total_seconds(), "worker")
+        try:
+            return asyncio.run(service.run())
+        finally:
+            # However run() ended: the interpreter's exit joins threads that may hang too.
+            service.stopping.set()
     except DuetimeError as exc:
         event("worker.failed", logging.ERROR, error=str(exc))
         return 1

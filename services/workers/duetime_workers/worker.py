@@ -77,6 +77,8 @@ class WorkerService:
         self.group_id = f"{settings.topic_prefix}{config.group_id}"
         self.stats: Counter[str] = Counter()  # attempt statuses, for tests and the stop line
         self.consuming = threading.Event()  # set once the consumer has partitions
+        # Set when the stop is first requested: the entry point's stop deadline runs from here.
+        self.stopping = threading.Event()
         self._slots = Slots(config.concurrency)
         self._tracker = OffsetTracker()
         self._tasks: set[asyncio.Task[AttemptReport]] = set()
@@ -105,6 +107,7 @@ class WorkerService:
                 task.cancel()
         self._stop_requested_at = now
         self._stop.set()
+        self.stopping.set()
 
     async def run(self) -> int:
         self._loop = asyncio.get_running_loop()
