@@ -70,13 +70,29 @@ def http_job(job_id: str, **fields: Any) -> dict[str, Any]:
     }
 
 
-def dead_run(api: Api, job_id: str, headers: dict[str, str]) -> uuid.UUID:
-    """Trigger a run of the job and let a worker's one attempt fail for good."""
+def dead_run(
+    api: Api,
+    job_id: str,
+    headers: dict[str, str],
+    *,
+    released_at: datetime | None = None,
+    throttled_ms: int | None = None,
+) -> uuid.UUID:
+    """Trigger a run of the job and let a worker's one attempt fail for good (the attempt
+    released at ``released_at`` after ``throttled_ms`` of throttling, when given)."""
     triggered = api.client.post(f"/v1/jobs/{job_id}/trigger", headers=headers)
     assert triggered.status_code == 201, triggered.text
     run_id = uuid.UUID(triggered.json()["run_id"])
     scheduled_for = datetime.fromisoformat(triggered.json()["scheduled_for"])
-    claim = api.store.runs_claim(run_id, scheduled_for, 1, "worker-a", timedelta(seconds=30))
+    claim = api.store.runs_claim(
+        run_id,
+        scheduled_for,
+        1,
+        "worker-a",
+        timedelta(seconds=30),
+        released_at=released_at,
+        throttled_ms=throttled_ms,
+    )
     assert claim is not None
     assert api.store.runs_complete(
         run_id=run_id,
