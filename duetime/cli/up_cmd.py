@@ -36,7 +36,7 @@ from .up_record import UpClaim, UpRecord, stop_services
 
 SERVICES = ("planner", "dispatcher", "worker", "reaper", "api")
 # The services that serve /metrics (docs/metrics.md), each process on a port of its own.
-METRICS_SERVICES = ("planner", "dispatcher", "worker", "reaper")
+METRICS_SERVICES = ("planner", "dispatcher", "worker", "reaper", "api")
 METRICS_BASE_ENV = "DUETIME_METRICS_PORT_BASE"
 DEFAULT_METRICS_BASE = 9470
 # How long up waits for the API to answer before printing the sign-in link anyway.

@@ -18,6 +18,7 @@ from duetime.store import Store
 from duetime.store.clusters import ClusterStores
 from duetime.store.tokens import tokens_create
 from duetime_api.app import create_app
+from duetime_api.metrics import ApiMetrics
 
 __all__ = ["Api", "dead_run", "http_job", "open_api"]
 
@@ -33,6 +34,11 @@ class Api:
         with self.store.tx() as tx:
             issued, _record = tokens_create(tx.conn, tenant=tenant, name="test")
         return {"Authorization": f"Bearer {issued.token}"}
+
+    def counted(self, name: str, **labels: str) -> float:
+        """The value of one sample of the application's metrics (0 when never counted)."""
+        metrics: ApiMetrics = self.client.app.state.metrics  # type: ignore[attr-defined]
+        return metrics.registry.get_sample_value(name, labels) or 0.0
 
 
 @contextmanager
