@@ -41,6 +41,7 @@ __all__ = [
     "LATENESS_BUCKETS",
     "METRICS_HOST_ENV",
     "METRICS_PORT_ENV",
+    "RUN_END_METRICS",
     "BatchHistogram",
     "MetricsEndpoint",
     "metrics_address",
@@ -68,6 +69,22 @@ LATENESS_BUCKETS: tuple[float, ...] = (
     60.0,
     300.0,
 )
+
+#: The counters of how an attempt ended, by the state its run went to (``fenced``: the end was
+#: refused), as (name, help). Shared by the services that end attempts (the worker, and the API
+#: for async targets' completions) so that a counter summed over them is the total.
+RUN_END_METRICS: dict[str, tuple[str, str]] = {
+    "succeeded": ("duetime_runs_succeeded", "Attempts that succeeded, completion accepted"),
+    "scheduled": (
+        "duetime_runs_retried",
+        "Failed attempts whose run is scheduled again after its backoff",
+    ),
+    "dead": ("duetime_runs_dead", "Runs that went dead (final failure or last attempt)"),
+    "fenced": (
+        "duetime_completions_fenced",
+        "Completions the database rejected: the attempt's lease token no longer held",
+    ),
+}
 
 log = logging.getLogger("duetime.metrics")
 

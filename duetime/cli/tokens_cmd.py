@@ -3,7 +3,9 @@
 ``create`` prints the new token once, on stdout, and nothing else keeps it: the database holds
 only its SHA-256. ``revoke`` takes the token's id (the 12 characters after ``dt_``, shown by
 ``list``), so a token never has to be pasted into a command line to be revoked. ``topic-key``
-prints the key a tenant's producers sign jobs-topic records with (``duetime.jobs_guard``).
+prints the key a tenant's producers sign jobs-topic records with (``duetime.jobs_guard``),
+derived from ``DUETIME_JOBS_TOPIC_SECRET`` or else from the secret ``duetime up`` keeps in the
+data dir (``topic_secret``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 from typing import Any
 
 from duetime.api_tokens import TOKEN_ID_PATTERN, parse_token
+from duetime.config import default_data_dir
 from duetime.errors import ConfigError, InvalidInput, NotFound
 from duetime.jobdef import TENANT_PATTERN
 from duetime.jobs_guard import SECRET_ENV, tenant_key
@@ -20,6 +23,7 @@ from duetime.store import tokens
 
 from ._output import print_json, print_table
 from ._store import cli_store
+from .topic_secret import TOPIC_SECRET_FILE, topic_secret
 
 _COLUMNS = ("token_id", "tenant", "admin", "name", "created_at", "revoked_at")
 
@@ -42,7 +46,9 @@ def register(sub: Any) -> None:
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(func=_list)
     topic_key = commands.add_parser(
-        "topic-key", help=f"a tenant's key for signing jobs-topic records (from {SECRET_ENV})"
+        "topic-key",
+        help=f"a tenant's key for signing jobs-topic records (from {SECRET_ENV}, else the "
+        f"secret duetime up keeps in <data dir>/{TOPIC_SECRET_FILE})",
     )
     topic_key.add_argument("--tenant", required=True)
     topic_key.set_defaults(func=_topic_key)
@@ -104,9 +110,13 @@ def _topic_key(args: argparse.Namespace) -> int:
         raise InvalidInput(
             "--tenant", "use 1-63 characters from a-z 0-9 _ - (first: letter or digit)"
         )
-    secret = os.environ.get(SECRET_ENV, "")
+    data_dir = default_data_dir()
+    secret = topic_secret(os.environ, data_dir)  # the environment's, else duetime up's
     if not secret:
-        raise ConfigError(f"{SECRET_ENV} is not set: there is no key to derive")
+        raise ConfigError(
+            f"{SECRET_ENV} is not set and {data_dir / TOPIC_SECRET_FILE} does not exist: "
+            "there is no key to derive"
+        )
     print(tenant_key(secret, args.tenant))
     return 0
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 import urllib.error
 import urllib.request
@@ -27,6 +26,8 @@ from duetime.store import Store
 from duetime.store.sign_in_links import sign_in_links_create
 from duetime.store.tokens import tokens_authenticate, tokens_create
 from duetime_infra.ports import find_free_port, port_is_free
+
+from .private_file import write_private
 
 __all__ = [
     "API_FILE",
@@ -98,16 +99,8 @@ def prepare_api(
 
 
 def write_api_file(access: ApiAccess) -> None:
-    access.file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = access.file.with_suffix(".json.tmp")
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        json.dump({"url": access.url, "admin_token": access.admin_token}, out, indent=2)
-        out.write("\n")
-    tmp.chmod(0o600)  # whatever the umask did
-    tmp.replace(access.file)
+    content = {"url": access.url, "admin_token": access.admin_token}
+    write_private(access.file, json.dumps(content, indent=2) + "\n")
 
 
 def wait_for_api(access: ApiAccess, timeout: float, between: Callable[[], None]) -> bool:

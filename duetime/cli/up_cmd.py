@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from duetime.config import default_data_dir
+from duetime.jobs_guard import SECRET_ENV
 from duetime.metrics import METRICS_HOST_ENV, METRICS_PORT_ENV
 from duetime.store import Store
 from duetime.store.clusters import ClusterStores
@@ -31,13 +32,17 @@ from duetime_infra.processes import child_record
 from .demo import DemoTarget, demo_jobs_apply
 from .stack_cmd import add_pg_clusters_option
 from .supervisor import STOP_GRACE, Supervisor
+from .topic_secret import ensure_topic_secret
 from .up_api import DEFAULT_API_PORT, ApiAccess, prepare_api, sign_in_link, wait_for_api
 from .up_record import UpClaim, UpRecord, stop_services
 
 SERVICES = ("planner", "dispatcher", "worker", "reaper", "api")
 # The services that serve /metrics (docs/metrics.md), each process on a port of its own.
-METRICS_SERVICES = ("planner", "dispatcher", "worker", "reaper")
+METRICS_SERVICES = ("planner", "dispatcher", "worker", "reaper", "api")
 METRICS_BASE_ENV = "DUETIME_METRICS_PORT_BASE"
+# The services given the jobs-topic guard's secret (only the planners read the topic; nothing
+# up starts produces to it: the API, the CLI and the demo write jobs to PostgreSQL directly).
+GUARDED_SERVICES = ("planner",)
 DEFAULT_METRICS_BASE = 9470
 # How long up waits for the API to answer before printing the sign-in link anyway.
 _API_READY_TIMEOUT = 60.0
@@ -168,6 +173,8 @@ def _start_services(
         env["DUETIME_ALLOW_PRIVATE_TARGETS"] = "1"
     command = [sys.executable, "-m", "duetime.cli.main", "service"]
     api = _prepare_api(args, data_dir, urls)
+    # The jobs-topic guard is on: only records signed with a tenant's key are ingested.
+    guarded = {SECRET_ENV: ensure_topic_secret(env, data_dir)}
     counts = {
         "planner": _count(args.planners, "DUETIME_PLANNERS"),
         "dispatcher": _count(args.dispatchers, "DUETIME_DISPATCHERS"),
@@ -180,7 +187,8 @@ def _start_services(
             if name == "api":
                 extra = ["--host", api.host, "--port", str(api.port)]
             metrics = ports.env_for(label) if name in METRICS_SERVICES else {}
-            sup.add(label, [*command, name, *extra], {**env, **metrics})
+            guard = guarded if name in GUARDED_SERVICES else {}
+            sup.add(label, [*command, name, *extra], {**env, **metrics, **guard})
     for label, url in ports.urls.items():
         sup.say("duetime", f"metrics.url name={label} url={url}")
     sup.start_all()

@@ -57,13 +57,15 @@ class CallbackResult:
     expired, or the run moved on; recorded), ``ended`` (the target itself already ended the
     attempt, as ``ended_as``; not a stale holder, so not recorded), ``unknown`` (no such attempt
     with this token). ``state`` is the run's state after the call, ``lease_expires_at`` the
-    renewed lease (heartbeats).
+    renewed lease (heartbeats). ``repeated``: an ``ok`` completion that an earlier call already
+    applied (changing nothing now; not to be counted again).
     """
 
     status: Literal["ok", "fenced", "ended", "unknown"]
     state: str | None = None
     lease_expires_at: datetime | None = None
     ended_as: str | None = None
+    repeated: bool = False
 
 
 # The outcomes an attempt's holder reports; any other end (lease_expired, handed_back) was not
@@ -157,7 +159,7 @@ def attempts_callback_complete(
         # Otherwise the attempt lost the run (its lease expired, the run moved on): fenced.
         if row.attempt_outcome in _REPORTED:
             if row.attempt_outcome == end.outcome:
-                return CallbackResult("ok", row.state)
+                return CallbackResult("ok", row.state, repeated=True)
             return CallbackResult("ended", row.state, ended_as=row.attempt_outcome)
         _fenced(conn, call, end.outcome)
         return CallbackResult("fenced", row.state)

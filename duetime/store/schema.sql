@@ -163,8 +163,12 @@ CREATE TABLE public.run_attempts (
     status_code integer,
     error text,
     duration_ms bigint,
+    due_at timestamp with time zone,
+    released_at timestamp with time zone,
+    throttled_ms bigint,
     CONSTRAINT run_attempts_attempt_check CHECK ((attempt >= 1)),
-    CONSTRAINT run_attempts_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'lease_expired'::text, 'fenced'::text, 'handed_back'::text])))
+    CONSTRAINT run_attempts_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'lease_expired'::text, 'fenced'::text, 'handed_back'::text]))),
+    CONSTRAINT run_attempts_throttled_ms_check CHECK ((throttled_ms >= 0))
 );
 
 CREATE TABLE public.run_fenced_completions (

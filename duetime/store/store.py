@@ -468,11 +468,15 @@ class Store:
         attempt: int,
         worker: str,
         lease: timedelta,
+        *,
+        released_at: datetime | None = None,
+        throttled_ms: int | None = None,
     ) -> Claim | None:
         token = uuid.uuid4()
-        claims = self.runs_claim_batch(
-            worker, [ClaimRequest(run_id, scheduled_for, attempt, token, lease)]
+        request = ClaimRequest(
+            run_id, scheduled_for, attempt, token, lease, released_at, throttled_ms
         )
+        claims = self.runs_claim_batch(worker, [request])
         return claims.get(token)
 
     def runs_complete(

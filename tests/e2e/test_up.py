@@ -1,8 +1,8 @@
 """``duetime up --demo`` as a user runs it: demo runs succeed, the failing job goes dead, the
 reaper's consumer group commits offsets on ``runs.heartbeats``, the REST API answers with the
 admin token of ``api.json`` (mode 0600), the printed one-time sign-in link opens the dashboard
-once (and its code is not in the API's access log), and one SIGINT (Ctrl-C) stops every service
-and server it started."""
+once (and its code is not in the API's access log), the jobs topic is guarded (an unsigned record
+is rejected), and one SIGINT (Ctrl-C) stops every service and server it started."""
 
 from __future__ import annotations
 
@@ -17,10 +17,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
+from duetime.bus.records import JOB_DEFINITIONS
 from duetime.bus.topics import TopicCatalog
+from duetime.cli.topic_secret import TOPIC_SECRET_FILE
 from duetime.config import read_env_file
+from duetime.jobdef import parse_job
+from duetime.jobs_guard import signature_headers
 from duetime.store import Store
 from tests.fixtures.terminal import as_from_a_terminal
 
@@ -102,6 +106,8 @@ def test_up_demo_runs_and_ctrl_c_leaves_nothing_behind(tmp_path: Path) -> None:
         assert len(pids) == 9, text  # four services, the API, four servers (S3 among them)
         assert all(_alive(pid) for pid in pids)
         _check_api(tmp_path / "data" / "api.json", text)
+        assert store is not None
+        _check_jobs_guard(tmp_path / "data", urls, store, env, text)
     finally:
         if store is not None:
             store.close()
@@ -122,6 +128,66 @@ def test_up_demo_runs_and_ctrl_c_leaves_nothing_behind(tmp_path: Path) -> None:
     assert [line for line in text.splitlines() if code in line] == [
         line for line in text.splitlines() if line.startswith("duetime") and "dashboard.url" in line
     ]
+
+
+def _check_jobs_guard(
+    data_dir: Path, urls: dict[str, str], store: Store, env: dict[str, str], log: str
+) -> None:
+    """The planner runs with the jobs-topic guard on, with the secret up made (mode 0600): a
+    record signed with the key `duetime tokens topic-key` prints is stored, an unsigned one goes
+    to jobs.rejected."""
+    secret_file = data_dir / TOPIC_SECRET_FILE
+    assert secret_file.stat().st_mode & 0o777 == 0o600
+    assert re.search(r"^planner\s*\|.*jobs\.guard_on", log, re.MULTILINE), log
+    assert "jobs.guard_off" not in log
+    key = subprocess.run(
+        [sys.executable, "-m", "duetime.cli.main", "tokens", "topic-key", "--tenant", "e2e"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    catalog = TopicCatalog("duetime.")
+    producer = Producer({"bootstrap.servers": urls["DUETIME_KAFKA_BOOTSTRAP"]})
+    for job_id, signed in (("e2e-unsigned", False), ("e2e-signed", True)):
+        job = parse_job(
+            {
+                "id": job_id,
+                "tenant": "e2e",
+                "schedule": {"cron": "0 3 1 1 *"},
+                "target": {"http": {"url": "https://example.com/hook"}},
+                "version": 1,
+            }
+        )
+        value, record_key = JOB_DEFINITIONS.encode(job), job_id.encode()
+        headers = list(JOB_DEFINITIONS.headers())
+        if signed:
+            headers += signature_headers(key, "e2e", record_key, value)
+        producer.produce(catalog.jobs, value, record_key, headers=headers)
+    assert producer.flush(10) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": urls["DUETIME_KAFKA_BOOTSTRAP"],
+            "group.id": f"e2e-guard-{os.getpid()}",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([catalog.jobs_rejected])
+    rejected: list[str] = []
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline and not (rejected and "e2e-signed" in _job_ids(store)):
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                rejected.append(msg.key().decode())
+    finally:
+        consumer.close()
+    assert rejected == ["e2e-unsigned"], log
+    assert {"e2e-signed", "e2e-unsigned"} & _job_ids(store) == {"e2e-signed"}
+
+
+def _job_ids(store: Store) -> set[str]:
+    return {row.job_id for row in store.jobs_list()}
 
 
 def _sign_in_link(log: str) -> str:

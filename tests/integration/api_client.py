@@ -18,6 +18,7 @@ from duetime.store import Store
 from duetime.store.clusters import ClusterStores
 from duetime.store.tokens import tokens_create
 from duetime_api.app import create_app
+from duetime_api.metrics import ApiMetrics
 
 __all__ = ["Api", "dead_run", "http_job", "open_api"]
 
@@ -33,6 +34,11 @@ class Api:
         with self.store.tx() as tx:
             issued, _record = tokens_create(tx.conn, tenant=tenant, name="test")
         return {"Authorization": f"Bearer {issued.token}"}
+
+    def counted(self, name: str, **labels: str) -> float:
+        """The value of one sample of the application's metrics (0 when never counted)."""
+        metrics: ApiMetrics = self.client.app.state.metrics  # type: ignore[attr-defined]
+        return metrics.registry.get_sample_value(name, labels) or 0.0
 
 
 @contextmanager
@@ -70,13 +76,29 @@ def http_job(job_id: str, **fields: Any) -> dict[str, Any]:
     }
 
 
-def dead_run(api: Api, job_id: str, headers: dict[str, str]) -> uuid.UUID:
-    """Trigger a run of the job and let a worker's one attempt fail for good."""
+def dead_run(
+    api: Api,
+    job_id: str,
+    headers: dict[str, str],
+    *,
+    released_at: datetime | None = None,
+    throttled_ms: int | None = None,
+) -> uuid.UUID:
+    """Trigger a run of the job and let a worker's one attempt fail for good (the attempt
+    released at ``released_at`` after ``throttled_ms`` of throttling, when given)."""
     triggered = api.client.post(f"/v1/jobs/{job_id}/trigger", headers=headers)
     assert triggered.status_code == 201, triggered.text
     run_id = uuid.UUID(triggered.json()["run_id"])
     scheduled_for = datetime.fromisoformat(triggered.json()["scheduled_for"])
-    claim = api.store.runs_claim(run_id, scheduled_for, 1, "worker-a", timedelta(seconds=30))
+    claim = api.store.runs_claim(
+        run_id,
+        scheduled_for,
+        1,
+        "worker-a",
+        timedelta(seconds=30),
+        released_at=released_at,
+        throttled_ms=throttled_ms,
+    )
     assert claim is not None
     assert api.store.runs_complete(
         run_id=run_id,

@@ -244,7 +244,8 @@ def test_runs_detail_and_retry_of_adead_run(api: Api) -> None:
     acme = api.token("acme")
     body = http_job("flaky", retry={"max_attempts": 1})
     assert api.client.post("/v1/jobs", json=body, headers=acme).status_code == 201
-    run_id = dead_run(api, "flaky", acme)
+    first_release = datetime.now(UTC) + timedelta(seconds=2)
+    run_id = dead_run(api, "flaky", acme, released_at=first_release, throttled_ms=1500)
 
     listed = api.client.get("/v1/runs", params={"job_id": "flaky"}, headers=acme).json()
     assert [r["run_id"] for r in listed["items"]] == [str(run_id)]
@@ -266,6 +267,10 @@ def test_runs_detail_and_retry_of_adead_run(api: Api) -> None:
     assert attempt["status_code"] == 500 and attempt["error"] == "HTTP 500"
     assert attempt["duration_ms"] is not None and attempt["finished_at"] is not None
     assert "lateness_ms" in detail and "throttled_ms" in detail
+    assert datetime.fromisoformat(attempt["released_at"]) == first_release
+    assert attempt["throttled_ms"] == 1500 and attempt["due_at"] == detail["due_at"]
+    first_lateness = attempt["lateness_ms"]
+    assert first_lateness == detail["lateness_ms"] and first_lateness > 1000
 
     retried = api.client.post(f"/v1/runs/{run_id}/retry", headers=acme)
     assert retried.status_code == 200, retried.text
@@ -273,7 +278,17 @@ def test_runs_detail_and_retry_of_adead_run(api: Api) -> None:
     assert retried.json()["max_attempts"] == 2 and retried.json()["attempt"] == 1
     # The second attempt can now be claimed, as the outbox would hand it to a worker.
     scheduled_for = datetime.fromisoformat(retried.json()["scheduled_for"])
-    assert api.store.runs_claim(run_id, scheduled_for, 2, "worker-b", timedelta(seconds=30))
+    assert api.store.runs_claim(
+        run_id, scheduled_for, 2, "worker-b", timedelta(seconds=30), throttled_ms=0
+    )
+    # Each attempt keeps its own release figures: the retry's do not overwrite the first's.
+    first, second = api.client.get(f"/v1/runs/{run_id}", headers=acme).json()["attempts"]
+    assert datetime.fromisoformat(first["released_at"]) == first_release
+    assert (first["throttled_ms"], first["lateness_ms"]) == (1500, first_lateness)
+    assert second["worker"] == "worker-b" and second["status"] is None
+    assert second["released_at"] is None and second["throttled_ms"] == 0
+    assert second["due_at"] == retried.json()["due_at"] != first["due_at"]
+    assert second["lateness_ms"] is not None and second["lateness_ms"] < first_lateness
     again = api.client.post(f"/v1/runs/{run_id}/retry", headers=acme)
     assert again.status_code == 409 and again.json()["field"] == "state"
     unknown = api.client.post(f"/v1/runs/{uuid.uuid4()}/retry", headers=acme)

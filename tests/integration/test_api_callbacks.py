@@ -99,6 +99,15 @@ def test_a_call_needs_the_attempts_own_token(api: Api) -> None:
     )
     assert refused.status_code == 409 and refused.json()["message"].startswith("fenced:")
     assert _run_row(api).state == "running"
+    assert api.counted("duetime_api_heartbeats_total", result="fenced") == 1
+    assert api.counted("duetime_api_heartbeats_total", result="accepted") == 0
+    # Requests are counted by route template, never by the run's own path.
+    route = "/v1/runs/{run_id}/attempts/{attempt}/heartbeat"
+    for status, times in (("401", 1), ("404", 2), ("409", 1)):
+        counted = api.counted(
+            "duetime_api_requests_total", route=route, method="POST", status=status
+        )
+        assert counted == times, status
 
 
 def test_progress_must_be_printable_ascii(api: Api) -> None:
@@ -146,6 +155,11 @@ def test_heartbeats_keep_progress_for_the_next_attempt_and_a_stale_attempt_is_fe
     done = _call(api, 2, "complete", second.lease_token, outcome="succeeded", progress="all")
     assert (done.status_code, done.json()["state"]) == (200, "succeeded")
     assert _run_row(api).progress == "all"
+    # Counted on the API's /metrics, under the names the worker counts its own ends by.
+    assert api.counted("duetime_api_heartbeats_total", result="accepted") == 1
+    assert api.counted("duetime_api_heartbeats_total", result="fenced") == 1
+    assert api.counted("duetime_completions_fenced_total") == 1
+    assert api.counted("duetime_runs_succeeded_total") == 1
     # The callback tokens never reach a log line.
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "attempt.callback_fenced" in logged
@@ -178,6 +192,10 @@ def test_a_reported_failure_is_retried_and_later_calls_of_that_attempt_change_no
     row = _run_row(api)
     assert (row.state, row.attempt, row.progress) == ("scheduled", 1, None)
     assert _fenced(api) == []
+    # One retried run: the repeated completion is not counted again, nor are the refused calls.
+    assert api.counted("duetime_runs_retried_total") == 1
+    for name in ("duetime_runs_succeeded_total", "duetime_completions_fenced_total"):
+        assert api.counted(name) == 0, name
 
 
 def test_a_final_failure_makes_the_run_dead(api: Api) -> None:
@@ -193,3 +211,5 @@ def test_a_final_failure_makes_the_run_dead(api: Api) -> None:
     )
     assert (answer.status_code, answer.json()["state"]) == (200, "dead")
     assert _run_row(api).state == "dead"
+    assert api.counted("duetime_runs_dead_total") == 1
+    assert api.counted("duetime_runs_retried_total") == 0

@@ -578,6 +578,9 @@ def test_kafka_targets_are_emitted_by_the_dispatcher_and_recorded_in_batches(
         assert found.throttled_ms == 0
         [attempt] = store.run_attempts_list(run.run_id)
         assert (attempt.attempt, attempt.outcome) == (1, "succeeded")
+        # The attempt row keeps its own release figures, as the run row does for its latest.
+        assert (attempt.due_at, attempt.released_at) == (run.due_at, found.released_at)
+        assert attempt.throttled_ms == 0
     results = read_all(
         settings, TopicCatalog(settings.topic_prefix).results, lambda got: len(got) >= len(runs)
     )

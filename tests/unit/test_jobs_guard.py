@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -100,11 +101,12 @@ def test_owner_rule_follows_the_batch_order() -> None:
 
 
 def test_topic_key_command_prints_the_tenants_key(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     from duetime.cli.main import main
 
     monkeypatch.delenv("DUETIME_JOBS_TOPIC_SECRET", raising=False)
+    monkeypatch.setenv("DUETIME_DATA_DIR", str(tmp_path))  # no duetime up secret there
     assert main(["tokens", "topic-key", "--tenant", "acme"]) == 1
     assert "DUETIME_JOBS_TOPIC_SECRET is not set" in capsys.readouterr().err
     monkeypatch.setenv("DUETIME_JOBS_TOPIC_SECRET", SECRET)

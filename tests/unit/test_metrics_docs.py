@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import yaml
 from prometheus_client import CollectorRegistry
 
+from duetime_api.metrics import ApiMetrics
 from duetime_dispatcher.metrics import DispatcherCollector, lateness_histogram
 from duetime_planner.metrics import PlannerMetrics
 from duetime_reaper.metrics import ReaperMetrics
@@ -41,7 +42,10 @@ def exported() -> set[str]:
     names = {family.name for family in registry.collect()}
     reaper = CollectorRegistry()  # its names overlap the worker's: another process
     ReaperMetrics(reaper)
-    return names | {family.name for family in reaper.collect()}
+    api = CollectorRegistry()  # the same
+    ApiMetrics(api)
+    names |= {family.name for family in reaper.collect()}
+    return names | {family.name for family in api.collect()}
 
 
 def mentioned(text: str) -> set[str]:

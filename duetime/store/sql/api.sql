@@ -63,7 +63,8 @@ FROM runs
 WHERE run_id = :run_id AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant);
 
 -- name: api_run_attempts
-SELECT attempt, worker, started_at, finished_at, outcome, status_code, error, duration_ms
+SELECT attempt, worker, started_at, finished_at, outcome, status_code, error, duration_ms,
+       due_at, released_at, throttled_ms
 FROM run_attempts
 WHERE run_id = :run_id AND scheduled_for = :scheduled_for
 ORDER BY attempt;

@@ -23,13 +23,16 @@ WITH req AS (
     FROM req
     WHERE r.run_id = req.run_id AND r.scheduled_for = req.scheduled_for
       AND r.state = 'scheduled' AND r.attempt = req.attempt - 1
-    RETURNING r.run_id, r.scheduled_for, r.attempt, r.job_id, req.started_at, req.finished_at
+    RETURNING r.run_id, r.scheduled_for, r.attempt, r.job_id, req.started_at, req.finished_at,
+              r.due_at, req.throttled_ms
 ), attempt_rows AS (
     INSERT INTO run_attempts (run_id, scheduled_for, attempt, job_id, worker, lease_token,
-                              started_at, finished_at, outcome, duration_ms)
+                              started_at, finished_at, outcome, duration_ms,
+                              due_at, released_at, throttled_ms)
     SELECT run_id, scheduled_for, attempt, job_id, :worker, gen_random_uuid(),
            started_at, finished_at, 'succeeded',
-           GREATEST(0, (extract(epoch FROM finished_at - started_at) * 1000)::bigint)
+           GREATEST(0, (extract(epoch FROM finished_at - started_at) * 1000)::bigint),
+           due_at, started_at, throttled_ms
     FROM done
     ON CONFLICT (run_id, attempt) DO NOTHING
 )

@@ -62,7 +62,8 @@ ORDER BY scheduled_for DESC, job_id
 LIMIT :limit;
 
 -- name: run_attempts_list
-SELECT run_id, attempt, worker, started_at, finished_at, outcome, status_code, error, duration_ms
+SELECT run_id, attempt, worker, started_at, finished_at, outcome, status_code, error, duration_ms,
+       due_at, released_at, throttled_ms
 FROM run_attempts
 WHERE run_id = :run_id
 ORDER BY attempt;

@@ -26,10 +26,14 @@ WITH req AS (
     WHERE r.run_id = req.run_id AND r.scheduled_for = req.scheduled_for
       AND r.state = 'scheduled' AND r.attempt = req.attempt - 1
     RETURNING r.run_id, r.scheduled_for, r.job_id, r.attempt, r.lease_token, r.lease_expires_at,
-              r.progress
+              r.progress, r.due_at, req.released_at, req.throttled_ms
 ), attempt_rows AS (
-    INSERT INTO run_attempts (run_id, scheduled_for, attempt, job_id, worker, lease_token)
-    SELECT run_id, scheduled_for, attempt, job_id, :worker, lease_token FROM claimed
+    -- The attempt's own stamps (not the run's, which may be an earlier attempt's).
+    INSERT INTO run_attempts (run_id, scheduled_for, attempt, job_id, worker, lease_token,
+                              due_at, released_at, throttled_ms)
+    SELECT run_id, scheduled_for, attempt, job_id, :worker, lease_token,
+           due_at, released_at, throttled_ms
+    FROM claimed
     ON CONFLICT (run_id, attempt) DO NOTHING
 ), ours AS (
     SELECT r.attempt, r.lease_token, r.lease_expires_at, r.progress

@@ -3,7 +3,9 @@
 Endpoints are plain functions (FastAPI runs them on its thread pool), each one short
 transaction through the store of the cluster it concerns (``routing``). ``/openapi.json``
 describes them; ``/healthz`` needs no token.
-The web dashboard (``dashboard``) is served under ``/ui`` by the same application.
+The web dashboard (``dashboard``) is served under ``/ui`` by the same application. Requests and
+the runs async targets end are counted (``metrics``); ``duetime service api`` serves the counts
+on a ``/metrics`` port of their own, like every service.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
 
 from duetime.config import Settings
 from duetime.logs import event
@@ -21,6 +24,7 @@ from duetime.store.clusters import ClusterStores
 from . import callbacks, dashboard, jobs, runs, stats
 from .auth import Caller
 from .errors import install_error_handlers
+from .metrics import ApiMetrics, RequestCounter
 from .models import WhoAmIOut
 from .stats import LagProbes
 
@@ -29,9 +33,12 @@ __all__ = ["create_app"]
 log = logging.getLogger("duetime.api")
 
 
-def create_app(clusters: ClusterStores, settings: Settings) -> FastAPI:
+def create_app(
+    clusters: ClusterStores, settings: Settings, metrics: ApiMetrics | None = None
+) -> FastAPI:
     """The application; ``clusters`` (one store per PostgreSQL cluster of the shard map) and
-    the lag probes live as long as it does."""
+    the lag probes live as long as it does. ``metrics``: where it counts (``duetime service
+    api`` passes the process's, which it serves); by default a registry of its own."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -56,6 +63,8 @@ def create_app(clusters: ClusterStores, settings: Settings) -> FastAPI:
     app.state.clusters = clusters
     app.state.store = clusters.home
     app.state.lag_probes = LagProbes(settings)
+    app.state.metrics = metrics or ApiMetrics(CollectorRegistry())
+    app.add_middleware(RequestCounter, metrics=app.state.metrics)
     install_error_handlers(app)
     app.include_router(jobs.router)
     app.include_router(runs.router)

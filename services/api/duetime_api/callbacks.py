@@ -44,6 +44,7 @@ from duetime.store.callbacks import (
 )
 
 from .errors import ERROR_RESPONSES, ApiError
+from .metrics import ApiMetrics
 from .routing import clusters_of
 
 __all__ = ["AttemptCompleteIn", "AttemptHeartbeatIn", "AttemptReportOut", "router"]
@@ -99,6 +100,7 @@ class AttemptReportOut(BaseModel):
 
 
 def _call(
+    request: Request,
     run_id: uuid.UUID,
     attempt: _Attempt,
     token: _Token = None,
@@ -113,7 +115,8 @@ def _call(
         raise ApiError(404, f"no attempt {attempt} of run {run_id} with this token") from None
     call = CallbackAttempt(run_id, attempt, lease_token)
     if fencing is not None and fencing != claimed_token(attempt):
-        _refuse(call, "fencing_token", f"fencing token {fencing} is not attempt {attempt}'s")
+        kind = request.url.path.rsplit("/", 1)[-1]  # heartbeat | complete: the route matched
+        _refuse(request, call, kind, f"fencing token {fencing} is not attempt {attempt}'s")
     return call
 
 
@@ -125,7 +128,8 @@ def _check_progress(progress: str | None, field: str) -> None:
         raise ApiError(400, f"{field}: {problem}", field)
 
 
-def _refuse(call: CallbackAttempt, kind: str, why: str) -> None:
+def _refuse(request: Request, call: CallbackAttempt, kind: str, why: str) -> None:
+    _count_fenced(request, kind)
     event(
         log,
         "attempt.callback_fenced",
@@ -138,7 +142,21 @@ def _refuse(call: CallbackAttempt, kind: str, why: str) -> None:
     raise ApiError(409, f"fenced: {why}; nothing was changed", "attempt")
 
 
-def _answer(call: CallbackAttempt, kind: str, result: CallbackResult) -> AttemptReportOut:
+def _metrics(request: Request) -> ApiMetrics:
+    metrics: ApiMetrics = request.app.state.metrics
+    return metrics
+
+
+def _count_fenced(request: Request, kind: str) -> None:
+    if kind == "heartbeat":
+        _metrics(request).heartbeats.labels("fenced").inc()
+    else:
+        _metrics(request).completions_fenced.inc()
+
+
+def _answer(
+    request: Request, call: CallbackAttempt, kind: str, result: CallbackResult
+) -> AttemptReportOut:
     if result.status == "unknown":
         raise ApiError(404, f"no attempt {call.attempt} of run {call.run_id} with this token")
     if result.status == "ended":
@@ -150,6 +168,7 @@ def _answer(call: CallbackAttempt, kind: str, result: CallbackResult) -> Attempt
         )
     if result.status == "fenced":
         _refuse(
+            request,
             call,
             kind,
             f"attempt {call.attempt} no longer holds the run (the run is {result.state})",
@@ -183,7 +202,9 @@ def heartbeat(request: Request, call: _Call, body: AttemptHeartbeatIn) -> Attemp
     result = _on_its_cluster(
         request, lambda conn: attempts_callback_heartbeat(conn, call, body.progress)
     )
-    return _answer(call, "heartbeat", result)
+    if result.status == "ok":
+        _metrics(request).heartbeats.labels("accepted").inc()
+    return _answer(request, call, "heartbeat", result)
 
 
 @router.post("/{run_id}/attempts/{attempt}/complete")
@@ -202,6 +223,9 @@ def complete(request: Request, call: _Call, body: AttemptCompleteIn) -> AttemptR
         ),
     )
     if result.status == "ok":
+        assert result.state is not None
+        if not result.repeated:  # a call repeated after a lost answer ended nothing new
+            _metrics(request).count_completion(result.state)
         event(
             log,
             "attempt.callback_completed",
@@ -209,4 +233,4 @@ def complete(request: Request, call: _Call, body: AttemptCompleteIn) -> AttemptR
             attempt=call.attempt,
             state=result.state,
         )
-    return _answer(call, "complete", result)
+    return _answer(request, call, "complete", result)

@@ -178,6 +178,12 @@ class AttemptOut(BaseModel):
     started_at: datetime
     finished_at: datetime | None
     duration_ms: int | None
+    due_at: datetime | None = Field(description="when this attempt was due (a retry's own)")
+    released_at: datetime | None = Field(description="when the dispatcher released this attempt")
+    throttled_ms: int | None = Field(description="how long flow control held this attempt")
+    lateness_ms: int | None = Field(
+        description="released (or started) minus due, for this attempt; null: not recorded"
+    )
 
 
 class RunDetailOut(RunOut):

@@ -31,10 +31,11 @@ _STATES = "^(" + "|".join(s.value for s in RunState) + ")$"
 
 
 def lateness_ms(row: Any) -> int | None:
-    """How late the run went out: released (or, for a run released before that was recorded,
-    first started) minus due; for a retried run due_at is its retry's."""
+    """How late the run (or one attempt) went out: released (or, for one released before that
+    was recorded, first started) minus due; for a retried run due_at is its retry's, an
+    attempt row keeps its own (None on attempts recorded before it was kept)."""
     went = row.released_at or row.started_at
-    if went is None:
+    if went is None or row.due_at is None:
         return None
     return int((went - row.due_at).total_seconds() * 1000)
 
@@ -101,7 +102,7 @@ def list_runs(
 
 @router.get("/{run_id}")
 def get_run(request: Request, caller: Caller, run_id: uuid.UUID) -> RunDetailOut:
-    """A run with every attempt: worker, status, error, duration."""
+    """A run with every attempt: worker, status, error, duration, lateness, throttled time."""
     with run_store(request, caller.tenant, run_id).tx() as tx:
         detail = views.runs_get(tx.conn, caller.tenant, run_id)
     if detail is None:
@@ -116,6 +117,10 @@ def get_run(request: Request, caller: Caller, run_id: uuid.UUID) -> RunDetailOut
             started_at=a.started_at,
             finished_at=a.finished_at,
             duration_ms=a.duration_ms,
+            due_at=a.due_at,
+            released_at=a.released_at,
+            throttled_ms=a.throttled_ms,
+            lateness_ms=lateness_ms(a),
         )
         for a in detail.attempts
     ]

@@ -22,10 +22,12 @@ import uvicorn
 from duetime.config import load_settings
 from duetime.lifetime import exit_after
 from duetime.logs import configure_logging, event
+from duetime.metrics import serve_metrics
 from duetime.store.clusters import ClusterStores
 
 from .access_log import install_access_log_redaction
 from .app import create_app
+from .metrics import ApiMetrics
 
 __all__ = ["DEFAULT_PORT", "main"]
 
@@ -70,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         application_name="duetime-api",
         hot_horizon=settings.hot_horizon,
     )
-    app = create_app(clusters, settings)
+    app = create_app(clusters, settings, ApiMetrics())
     config = uvicorn.Config(
         app,
         host=args.host,
@@ -82,10 +84,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     server = _Server(config)
     event(log, "api.starting", url=f"http://{args.host}:{args.port}")
+    endpoint = serve_metrics("api", os.environ)
     try:
         server.run()
     finally:
         event(log, "api.stopping")
+        if endpoint is not None:
+            endpoint.close()
         exit_after(5.0, "api")
         clusters.close()
     return 0 if server.started else 1

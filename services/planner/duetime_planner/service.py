@@ -181,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if guard is None:
         # Anyone who may produce to the jobs topic writes any tenant (docs/api.md).
         event(log, "jobs.guard_off", reason=f"{SECRET_ENV} is not set")
+    else:
+        event(log, "jobs.guard_on", topic=catalog.jobs)
     ingest = JobIngest(
         clusters, consumer, producer, catalog, batch_size=config.batch_size, guard=guard
     )

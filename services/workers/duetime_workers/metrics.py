@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
+from duetime.metrics import RUN_END_METRICS
 from duetime.store import AttemptEnd
 
 __all__ = ["WorkerMetrics"]
@@ -23,12 +24,7 @@ FENCED = "fenced"
 
 # What a completion counts as -> (metric, help).
 _END_COUNTERS = {
-    "succeeded": ("duetime_runs_succeeded", "Attempts that succeeded, completion accepted"),
-    "scheduled": (
-        "duetime_runs_retried",
-        "Failed attempts whose run is scheduled again after its backoff",
-    ),
-    "dead": ("duetime_runs_dead", "Runs that went dead (final failure or last attempt)"),
+    **RUN_END_METRICS,
     "running": (
         "duetime_runs_handed_to_target",
         "Attempts an async target accepted (202); the target completes them through the API",
@@ -36,10 +32,6 @@ _END_COUNTERS = {
     HANDED_BACK: (
         "duetime_runs_handed_back",
         "Attempts handed back at a worker's stop (their runs due again at once)",
-    ),
-    FENCED: (
-        "duetime_completions_fenced",
-        "Completions the database rejected: the attempt's lease token no longer held",
     ),
 }
 
