@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from duetime.bus.target_records import reserved_topic
 from duetime.credentials import SECRET_NAME_PATTERN, is_credential_header
 from duetime.errors import InvalidInput, JobDefinitionError
 from duetime.model import HeaderValue, HttpTarget, JobDefinition, KafkaTarget, SecretRef, Target
@@ -446,6 +447,9 @@ def _validate_target(target: Target, field: str) -> None:
     if isinstance(target, KafkaTarget):
         if not TOPIC_PATTERN.match(target.topic):
             raise _fail(f"{field}.kafka.topic", "use 1-249 characters from A-Z a-z 0-9 . _ -")
+        reserved = reserved_topic(target.topic)
+        if reserved is not None:
+            raise _fail(f"{field}.kafka.topic", f"is reserved: {reserved}")
         if _text_size(target.value, f"{field}.kafka.value") > MAX_BODY_BYTES:
             raise _fail(f"{field}.kafka.value", f"is larger than {MAX_BODY_BYTES} bytes")
         return

@@ -19,6 +19,12 @@ state and reason ``earlier definition``.
 
 No clock and no I/O: ``duetime runs list --all-occurrences`` reads the job, its runs and its gaps
 in the range, and passes them with the database's ``now``.
+
+Runs do not stay in the database: ``duetime archive`` moves the partitions of old days to object
+storage (docs/runs.md, "Retention and archive"). Read from the database alone, every occurrence of
+an archived day would be ``missed``, a wrong answer. So when the range reaches days that can have
+been archived (``archivable_days``), the caller reads the job's archived runs of those days too and
+passes them through ``with_archived_runs`` before asking for the ledger.
 """
 
 from __future__ import annotations
@@ -26,13 +32,20 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from duetime.schedule import Schedule
 
-__all__ = ["GapLike", "LedgerLine", "RunLike", "occurrence_ledger"]
+__all__ = [
+    "GapLike",
+    "LedgerLine",
+    "RunLike",
+    "archivable_days",
+    "occurrence_ledger",
+    "with_archived_runs",
+]
 
 _TINY = timedelta(microseconds=1)
 _REASONS = {
@@ -154,3 +167,40 @@ def _unrun(
             return LedgerLine(instant, "upcoming")
         return LedgerLine(instant, "unplanned", "not planned yet: the planner is behind")
     return LedgerLine(instant, "missed", "no run and no recorded reason")
+
+
+def archivable_days(since: datetime, until: datetime, now: datetime) -> tuple[date, date] | None:
+    """The UTC days of [since, until) whose runs partition may have been archived, as a
+    half-open range of days, or None when the range reaches none.
+
+    The archiver never touches today's or yesterday's partition (the planner writes there), so
+    only days before yesterday can be archived; a range that stays within the last day or two,
+    the ledger's default, costs no object storage read.
+    """
+    first = since.astimezone(UTC).date()
+    end = min(
+        (until - _TINY).astimezone(UTC).date() + timedelta(days=1),
+        now.astimezone(UTC).date() - timedelta(days=1),
+    )
+    return (first, end) if first < end else None
+
+
+def with_archived_runs(
+    runs: Sequence[RunLike], archived: Sequence[RunLike], *, since: datetime, until: datetime
+) -> list[RunLike]:
+    """The database's ``runs`` and the ``archived`` ones in [since, until), as one list.
+
+    The database's copy of a run wins: a run id, or an occurrence, present in both is taken from
+    the database (a day archived and then planned into again holds new runs beside the archive's).
+    """
+    seen_ids = {run.run_id for run in runs}
+    seen_times = {run.scheduled_for for run in runs}
+    merged = list(runs)
+    for run in archived:
+        if run.run_id in seen_ids or run.scheduled_for in seen_times:
+            continue
+        if since <= run.scheduled_for < until:
+            merged.append(run)
+            seen_times.add(run.scheduled_for)
+    merged.sort(key=lambda run: run.scheduled_for)
+    return merged

@@ -7,7 +7,9 @@ same headers, because execution is at-least-once and the job's consumers dedupli
 ``X-Duetime-Scheduled-For`` (ISO-8601 UTC with ``Z``), as UTF-8 record headers.
 
 Topics under duetime's own prefix, and Kafka's internal ``__`` topics, are refused: a job that
-could write onto ``duetime.runs.ready`` could forge run events for other tenants.
+could write onto ``duetime.runs.ready`` could forge run events for other tenants. The names that
+are duetime's own under an empty prefix (``jobs``, ``jobs.*``, ``runs.*``) are refused already
+by job validation, whatever the prefix (``reserved_topic``).
 
 Pure: no driver.
 """
@@ -27,6 +29,7 @@ __all__ = [
     "duetime_headers",
     "format_instant",
     "kafka_headers",
+    "reserved_topic",
     "topic_refusal",
 ]
 
@@ -83,14 +86,39 @@ def kafka_headers(
 
 
 def topic_refusal(topic: str, reserved_prefix: str) -> str | None:
-    """Why ``topic`` may not be a job's target, or None if it may."""
+    """Why ``topic`` may not be a job's target in a deployment whose topics are under
+    ``reserved_prefix``, or None if it may. What the worker and the dispatcher's fast path check
+    before they produce, behind the validation's ``reserved_topic``."""
+    if not reserved_prefix:
+        return reserved_topic(topic)
+    why = _not_a_user_topic(topic)
+    if why is None and topic.startswith(reserved_prefix):
+        why = f"topic {topic!r} is internal to duetime (prefix {reserved_prefix!r})"
+    return why
+
+
+def reserved_topic(topic: str) -> str | None:
+    """Why ``topic`` may never be a job's target, whatever the topic prefix, or None.
+
+    Job validation (``duetime.jobdef.validate_job``, one check for job files, the API and the
+    jobs topic) knows no topic prefix, and a definition may be applied to another deployment; so
+    it refuses, everywhere, the names that are duetime's own when the prefix is empty: ``jobs``,
+    ``jobs.*`` (``jobs.rejected``) and ``runs.*``. A job could otherwise forge job definitions or
+    run events for other tenants. Topics under a non-empty prefix are refused where the prefix
+    is known: at execution (``topic_refusal``).
+    """
+    why = _not_a_user_topic(topic)
+    if why is None and (topic == "jobs" or topic.startswith(("jobs.", "runs."))):
+        why = (
+            f"topic {topic!r} is one of duetime's own topics when the topic prefix is empty "
+            "(jobs, jobs.*, runs.*)"
+        )
+    return why
+
+
+def _not_a_user_topic(topic: str) -> str | None:
     if not _TOPIC.match(topic) or topic in (".", ".."):
         return f"invalid topic name {topic!r}"
     if topic.startswith("__"):
         return f"topic {topic!r} is internal to Kafka"
-    if reserved_prefix and topic.startswith(reserved_prefix):
-        return f"topic {topic!r} is internal to duetime (prefix {reserved_prefix!r})"
-    if not reserved_prefix and (topic == "jobs" or topic.startswith(("jobs.", "runs."))):
-        # Without a prefix duetime's own topics are plain jobs, jobs.rejected and runs.*.
-        return f"topic {topic!r} is one of duetime's own topics (the topic prefix is empty)"
     return None

@@ -12,6 +12,7 @@ from typing import Any
 from duetime.archive.archiver import ArchiveConfig, Archiver, ArchiveReport, retention_from_env
 from duetime.archive.cluster_keys import cluster_prefix, cluster_prefixes
 from duetime.archive.finder import find_archived_runs_under
+from duetime.archive.model import ArchivedRun
 from duetime.archive.objects import S3ObjectStore, S3Settings
 from duetime.config import Settings
 from duetime.errors import ConfigError, DuetimeError, InvalidInput
@@ -21,7 +22,7 @@ from ._output import iso, print_json, print_table
 from ._store import NoStack, check_cluster, cli_clusters, cli_settings
 from .replay_cmd import parse_instant
 
-__all__ = ["list_archived", "register"]
+__all__ = ["archived_runs_of_days", "list_archived", "register"]
 
 
 def register(sub: Any) -> None:
@@ -191,6 +192,32 @@ def _print_several(args: argparse.Namespace, results: Sequence[_ClusterArchive])
     return 1 if failed else 0
 
 
+def _job_archive(
+    settings: Settings, s3: S3Settings, job_id: str, *, since: date | None, until: date | None
+) -> list[ArchivedRun]:
+    """The runs of ``job_id`` archived on days in [since, until), under every cluster's prefix
+    (a run archived before its shard moved is under another cluster's), newest first."""
+    clusters = 1 if settings.shard_map is None else settings.shard_map.size
+    return find_archived_runs_under(
+        S3ObjectStore(s3),
+        cluster_prefixes(s3.prefix, clusters),
+        job_id,
+        since=since,
+        until=until,
+    )
+
+
+def archived_runs_of_days(
+    settings: Settings, job_id: str, days: tuple[date, date]
+) -> list[ArchivedRun]:
+    """The runs of ``job_id`` archived on the days [days[0], days[1]); none when no object
+    storage is configured (then nothing was archived by this system)."""
+    s3 = S3Settings.load(data_dir=settings.data_dir)
+    if s3 is None:
+        return []
+    return _job_archive(settings, s3, job_id, since=days[0], until=days[1])
+
+
 def list_archived(args: argparse.Namespace, columns: Sequence[str]) -> int:
     """``runs list --job ID --archived [--since] [--until] [--limit] [--json]``: the same
     ``columns`` as the database's runs."""
@@ -201,13 +228,11 @@ def list_archived(args: argparse.Namespace, columns: Sequence[str]) -> int:
     since = parse_instant("--since", args.since) if args.since else None
     until = parse_instant("--until", args.until) if args.until else None
     settings = cli_settings()
-    objects, prefix = _objects(settings)
-    clusters = 1 if settings.shard_map is None else settings.shard_map.size
     runs = [
         r
-        for r in find_archived_runs_under(
-            objects,
-            cluster_prefixes(prefix, clusters),
+        for r in _job_archive(
+            settings,
+            S3Settings.require(data_dir=settings.data_dir),
             args.job,
             since=None if since is None else since.astimezone(UTC).date(),
             until=None if until is None else until.astimezone(UTC).date() + timedelta(days=1),

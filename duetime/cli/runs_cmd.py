@@ -1,5 +1,6 @@
 """``duetime runs list``: run history, newest first; with ``--all-occurrences``, the occurrence
-ledger of one job (every occurrence and what became of it, :mod:`duetime.ledger`)."""
+ledger of one job (every occurrence and what became of it, :mod:`duetime.ledger`), archived runs
+included for days the archive took out of the database."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ from datetime import timedelta
 from typing import Any
 
 from duetime.errors import InvalidInput, NotFound
-from duetime.ledger import occurrence_ledger
+from duetime.ledger import archivable_days, occurrence_ledger, with_archived_runs
 from duetime.schedule import ScheduleCache
 from duetime.store.fanout import merge_runs_list
 from duetime.store.rows import spec_from_row
 
 from ._output import print_json, print_table
-from ._store import cli_clusters
-from .archive_cmd import list_archived
+from ._store import cli_clusters, cli_settings
+from .archive_cmd import archived_runs_of_days, list_archived
 from .replay_cmd import parse_instant
 
 _COLUMNS = (
@@ -85,7 +86,8 @@ def _occurrences(args: argparse.Namespace) -> int:
         raise InvalidInput("--job", "--all-occurrences lists one job's occurrences: name it")
     if args.limit < 1:
         raise InvalidInput("--limit", "must be at least 1")
-    clusters = cli_clusters()
+    settings = cli_settings()
+    clusters = cli_clusters(settings)
     store = clusters.for_job(args.job)
     try:
         with store.tx() as tx:
@@ -99,6 +101,13 @@ def _occurrences(args: argparse.Namespace) -> int:
         clusters.close()
     if ledger is None:
         raise NotFound(f"no job {args.job!r}")
+    runs = ledger.runs
+    days = archivable_days(since, until, now)
+    if days is not None:
+        # Days past the retention may be in object storage, not in the database: without their
+        # archived runs every occurrence of such a day would read "missed".
+        archived = archived_runs_of_days(settings, args.job, days)
+        runs = with_archived_runs(runs, archived, since=since, until=until)
     job = ledger.job
     lines = occurrence_ledger(
         ScheduleCache().get(spec_from_row(job)),
@@ -108,7 +117,7 @@ def _occurrences(args: argparse.Namespace) -> int:
         created_at=job.created_at,
         next_run_at=job.next_run_at,
         paused=job.paused,
-        runs=ledger.runs,
+        runs=runs,
         gaps=ledger.gaps,
         limit=args.limit,
     )

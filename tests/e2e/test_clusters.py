@@ -1,6 +1,8 @@
 """The pipeline on two PostgreSQL clusters: every service given ``DUETIME_SHARD_MAP``.
 
-Shards 0-63 live in the first cluster (the home cluster), 64-127 in the second. Jobs of both
+The two clusters are two PostgreSQL servers (``server_cluster_urls``: the session's and a second
+one), so nothing can work by sharing one server's connections, locks or sequences. Shards 0-63
+live in the first cluster (the home cluster), 64-127 in the second. Jobs of both
 halves run end to end (planner -> dispatcher -> worker -> reaper, as processes): each job's runs
 are written in its own cluster and nowhere else, a failing job on the second cluster is retried
 and goes dead there with its alert sent (the tenant's webhook is a home-cluster table), and the
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from duetime.jobdef import parse_jobs
 from duetime.shard_map import ShardMap
@@ -32,9 +35,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e")]
 
 
 @pytest.fixture
-def two(cluster_urls: tuple[str, str], stack: Any, tmp_path: Path) -> Iterator[Pipeline]:
-    p = Pipeline(cluster_urls[0], stack.kafka_bootstrap, tmp_path)
-    p.env["DUETIME_SHARD_MAP"] = ShardMap.even(cluster_urls).render()
+def two(server_cluster_urls: tuple[str, str], stack: Any, tmp_path: Path) -> Iterator[Pipeline]:
+    p = Pipeline(server_cluster_urls[0], stack.kafka_bootstrap, tmp_path)
+    p.env["DUETIME_SHARD_MAP"] = ShardMap.even(server_cluster_urls).render()
     p.start_all()
     try:
         yield p
@@ -48,9 +51,11 @@ def _runs(stores: ClusterStores, cluster: int) -> list[Any]:
 
 
 def test_the_pipeline_runs_each_job_in_its_shards_cluster(
-    two: Pipeline, cluster_urls: tuple[str, str], http_target: RecordingTarget
+    two: Pipeline, server_cluster_urls: tuple[str, str], http_target: RecordingTarget
 ) -> None:
-    shard_map = ShardMap.even(cluster_urls)
+    ports = {make_url(url).port for url in server_cluster_urls}
+    assert len(ports) == 2, "the two clusters are two servers"
+    shard_map = ShardMap.even(server_cluster_urls)
     stores = ClusterStores(shard_map, pool_size=1, application_name="duetime-test")
     try:
         home = job_ids_on(shard_map, 0, 2, "home")

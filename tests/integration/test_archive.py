@@ -368,3 +368,50 @@ def test_the_planner_plans_into_a_day_the_archive_dropped(
 
     plan_one_off("second", _at(OLD, 2))
     assert _count(store, "runs", OLD) == 1
+
+
+def test_the_occurrence_ledger_reads_archived_days(
+    archive_env: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``runs list --all-occurrences`` over days the archive took out of the database: the
+    occurrences show the runs that executed, as before the archive, not ``missed``."""
+    store = archive_env
+    job = parse_job(
+        {
+            "id": "nightly-report",
+            "schedule": {"cron": "0 3 * * *"},
+            "target": {"http": {"url": "https://example.com/hook"}},
+        }
+    )
+    with store.tx() as tx:
+        jobs_apply(tx, [job])
+    with store.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE jobs SET created_at = now() - interval '20 days' WHERE job_id = :j"),
+            {"j": "nightly-report"},
+        )
+    succeeded = _insert_run(store, "nightly-report", _at(OLD, 3), attempts=2)
+    dead = _insert_run(store, "nightly-report", _at(OLDER, 3), state="dead", attempts=3)
+    since, until = _at(OLDER, 0), _at(OLD, 0) + timedelta(days=1)
+    args = ["runs", "list", "--job", "nightly-report", "--all-occurrences", "--json"]
+    args += ["--since", since.isoformat(), "--until", until.isoformat()]
+
+    def ledger() -> list[tuple[str, str, str | None, int | None]]:
+        assert main(args) == 0
+        lines = json.loads(capsys.readouterr().out)
+        return [
+            (ln["scheduled_for"][:13], ln["status"], ln["run_id"], ln["attempt"]) for ln in lines
+        ]
+
+    expected = [
+        (f"{OLD.isoformat()}T03", "succeeded", str(succeeded), 2),
+        (f"{OLDER.isoformat()}T03", "dead", str(dead), 3),
+    ]
+    assert ledger() == expected
+    assert main(["archive", "--json"]) == 0
+    assert {r["day"] for r in json.loads(capsys.readouterr().out)} == {
+        OLD.isoformat(),
+        OLDER.isoformat(),
+    }
+    assert not _partition_exists(store, OLD) and not _partition_exists(store, OLDER)
+    assert ledger() == expected

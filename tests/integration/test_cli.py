@@ -45,6 +45,31 @@ def test_invalid_file_is_refused_and_nothing_is_stored(
     assert json.loads(capsys.readouterr().out) == []
 
 
+def test_an_unparsable_url_ends_apply_with_exit_code_2_and_one_line(
+    cli_env: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``http://[::1`` makes urllib raise ValueError: reported as the field's error, no
+    traceback (main returns instead of raising), nothing stored."""
+    path = tmp_path / "jobs.yaml"
+    path.write_text(
+        "jobs:\n"
+        "  - id: good\n"
+        "    schedule: {cron: '*/5 * * * *'}\n"
+        "    target: {http: {url: 'https://example.com/hook'}}\n"
+        "  - id: broken\n"
+        "    schedule: {cron: '*/5 * * * *'}\n"
+        "    target: {http: {url: 'http://[::1'}}\n"
+    )
+    assert main(["jobs", "apply", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip().splitlines() == [
+        "duetime: error: jobs[1].target.http.url: is not a valid URL: Invalid IPv6 URL"
+    ]
+    assert main(["jobs", "list", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
 def test_apply_list_and_reapply(
     cli_env: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -3,7 +3,9 @@
 - A record that decodes and validates but that PostgreSQL refuses goes to jobs.rejected alone,
   with PostgreSQL's reason; the rest of its batch is stored.
 - A database that fails mid-batch: the batch is read again once it is back, not skipped.
-- A record on the topic is held to the same numeric bounds as a job file.
+- A broker that fails to take a rejection: the batch is read again, not committed past.
+- A record on the topic is held to the same numeric bounds as a job file, and may not name one
+  of duetime's own topics as its Kafka target.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
@@ -22,7 +24,7 @@ from duetime.bus.kafka import consumer_config
 from duetime.bus.records import JOB_DEFINITIONS, JOB_REJECTIONS
 from duetime.bus.topics import TopicCatalog
 from duetime.config import Settings
-from duetime.errors import StoreError
+from duetime.errors import BusError, StoreError
 from duetime.jobdef import parse_job
 from duetime.model import KafkaTarget
 from duetime.shard_map import ShardMap
@@ -57,7 +59,7 @@ def _produce(producer: Producer, catalog: TopicCatalog, jobs: list[Any]) -> None
     producer.flush(10)
 
 
-def _ingest(settings: Settings, producer: Producer, catalog: TopicCatalog) -> JobIngest:
+def _ingest(settings: Settings, producer: Any, catalog: TopicCatalog) -> JobIngest:
     """The ingest of the planner-ingest group on this test's one database (one cluster)."""
     consumer = Consumer(consumer_config(settings, f"{settings.topic_prefix}planner-ingest"))
     clusters = ClusterStores(ShardMap.single(settings.require_database()), pool_size=2)
@@ -167,3 +169,79 @@ def test_a_record_is_held_to_the_bounds_of_a_job_file(
         "catch-up-huge": ("job.max_catch_up", "must be between 1 and 10000, not 2.14748e+09"),
         "heartbeat-0": ("job.heartbeat_seconds", "must be between 0.1 and 1200, not 0"),
     }
+
+
+class _RejectionsLost:
+    """The real producer, except that the first ``failures`` records produced onto
+    ``topic`` are never sent: their delivery report comes back with an error, as from a broker
+    that did not take them in time. Deterministic, unlike a broker stopped mid-test."""
+
+    def __init__(self, inner: Producer, topic: str, failures: int) -> None:
+        self.inner, self.topic, self.failures = inner, topic, failures
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, **kwargs: Any) -> None:
+        if topic == self.topic and self.failures > 0:
+            self.failures -= 1
+            kwargs["on_delivery"](KafkaError(KafkaError._MSG_TIMED_OUT), None)
+            return
+        self.inner.produce(topic, value, key, **kwargs)
+
+    def poll(self, timeout: float) -> int:
+        return self.inner.poll(timeout)
+
+    def flush(self, timeout: float) -> int:
+        return self.inner.flush(timeout)
+
+
+def test_a_batch_whose_rejection_the_broker_did_not_take_is_read_again(
+    env: tuple[Settings, Store, Producer],
+) -> None:
+    settings, store, producer = env
+    catalog = TopicCatalog(settings.topic_prefix)
+    bad = replace(_job("bad"), heartbeat_interval=timedelta(0))
+    _produce(producer, catalog, [_job("first"), bad, _job("last")])
+    ingest = _ingest(settings, _RejectionsLost(producer, catalog.jobs_rejected, 1), catalog)
+    failed = False
+    deadline = datetime.now(UTC) + timedelta(seconds=20)
+    while not failed and datetime.now(UTC) < deadline:
+        try:
+            ingest.run_once(timeout=0.5)
+        except BusError as exc:
+            assert "could not publish 1 rejections" in str(exc)
+            failed = True  # the planner loop logs it and tries again after a pause
+    assert failed
+    # Nothing committed: a restarted planner would read the batch again too.
+    (committed,) = ingest.consumer.committed([TopicPartition(catalog.jobs, 0)], timeout=10)
+    assert committed.offset < 0
+    # The next round reads the same three records: the rejection is sent this time, the two
+    # stored ones come back unchanged, and the offsets move past all three.
+    assert _ingest_until(ingest, 3) == IngestStats(accepted=2, rejected=1)
+    assert ingest.run_once(timeout=0.5) == IngestStats()
+    ingest.consumer.close()
+    assert _stored(store) == ["first", "last"]
+    (rejected,) = _rejections(settings, catalog, 1)
+    assert (rejected.key, rejected.source_offset) == (b"bad", 1)
+    assert rejected.field == "job.heartbeat_seconds"
+
+
+def test_a_record_naming_one_of_duetimes_own_topics_is_rejected(
+    env: tuple[Settings, Store, Producer],
+) -> None:
+    """The validation the topic shares with job files: with an empty topic prefix ``jobs`` and
+    ``runs.*`` are duetime's own topics, so they are refused whatever this deployment's prefix."""
+    settings, store, producer = env
+    catalog = TopicCatalog(settings.topic_prefix)
+    own = [
+        replace(_job(job_id), target=KafkaTarget(topic=topic, value="{}", key=None))
+        for job_id, topic in (("to-jobs", "jobs"), ("to-runs", "runs.ready"))
+    ]
+    _produce(producer, catalog, [*own, _job("fine")])
+    ingest = _ingest(settings, producer, catalog)
+    assert _ingest_until(ingest, 3) == IngestStats(accepted=1, rejected=2)
+    ingest.consumer.close()
+    assert _stored(store) == ["fine"]
+    reasons = {r.key.decode(): (r.field, r.reason) for r in _rejections(settings, catalog, 2)}
+    assert set(reasons) == {"to-jobs", "to-runs"}
+    for field, reason in reasons.values():
+        assert field == "job.target.kafka.topic"
+        assert "is reserved" in reason and "duetime's own topics" in reason

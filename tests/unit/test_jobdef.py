@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from duetime.bus.records import JOB_DEFINITIONS
 from duetime.errors import InvalidInput, JobDefinitionError
 from duetime.jobdef import load_job_file, parse_job, parse_jobs, validate_job
 from duetime.model import HttpTarget, KafkaTarget, SecretRef
@@ -256,3 +257,29 @@ def test_the_example_file_parses_and_names_its_credential() -> None:
     billing = next(j for j in jobs if j.job_id == "billing-close-ist")
     assert isinstance(billing.target, HttpTarget)
     assert ("Authorization", SecretRef("billing-api-token", "Bearer ")) in billing.target.headers
+
+
+OWN_TOPICS = ["jobs", "jobs.rejected", "runs.ready", "runs.due.0s", "runs.dead", "__consumers"]
+
+
+@pytest.mark.parametrize("topic", OWN_TOPICS)
+def test_a_kafka_target_on_duetimes_own_topic_names_is_refused_on_every_path(topic: str) -> None:
+    """With an empty topic prefix these are duetime's own topics; validation knows no prefix,
+    so it refuses them always: a job file (and the API, which parses the same way) and a record
+    on the jobs topic alike."""
+    data = _job(target={"kafka": {"topic": topic, "value": "{}"}})
+    with pytest.raises(JobDefinitionError) as from_file:
+        parse_jobs({"jobs": [data]})
+    assert from_file.value.field == "jobs[0].target.kafka.topic"
+    assert "is reserved" in from_file.value.reason
+    valid = parse_job(_job(target={"kafka": {"topic": "billing.tick", "value": "{}"}}))
+    record = replace(valid, target=KafkaTarget(topic=topic, key=None, value="{}"), version=1)
+    with pytest.raises(InvalidInput) as from_topic:
+        JOB_DEFINITIONS.decode(JOB_DEFINITIONS.encode(record), JOB_DEFINITIONS.headers())
+    assert from_topic.value.field == "job.target.kafka.topic"
+
+
+@pytest.mark.parametrize("topic", ["jobs-of-the-day", "myjobs", "runs", "billing.runs.daily"])
+def test_names_that_only_look_like_duetimes_are_allowed(topic: str) -> None:
+    job = parse_job(_job(target={"kafka": {"topic": topic, "value": "{}"}}))
+    assert isinstance(job.target, KafkaTarget) and job.target.topic == topic

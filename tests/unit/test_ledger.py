@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
-from duetime.ledger import occurrence_ledger
+from duetime.ledger import archivable_days, occurrence_ledger, with_archived_runs
 from duetime.schedule import ScheduleSpec, compile_schedule
 
 HOURLY = compile_schedule(ScheduleSpec("cron", "0 * * * *"))
@@ -120,3 +120,37 @@ def test_a_wall_time_the_dst_gap_skipped() -> None:
     assert len(skipped) == 1 and skipped[0].reason.startswith("dst_gap: 02:30 does not exist")
     assert skipped[0].scheduled_for == datetime(2025, 3, 30, 1, 30, tzinfo=UTC)
     assert sum(line.status == "missed" for line in lines) == 3  # the 28th, 29th and 31st
+
+
+def test_only_days_before_yesterday_can_have_been_archived() -> None:
+    now = datetime(2026, 12, 10, 9, tzinfo=UTC)
+    # The default range (the last day and the next hour): no object storage read.
+    assert archivable_days(now - 24 * H, now + H, now) is None
+    assert archivable_days(datetime(2026, 12, 8, 23, tzinfo=UTC), now, now) == (
+        date(2026, 12, 8),
+        date(2026, 12, 9),
+    )
+    # An end at midnight does not reach the day it starts.
+    assert archivable_days(
+        datetime(2026, 12, 1, tzinfo=UTC), datetime(2026, 12, 3, tzinfo=UTC), now
+    ) == (
+        date(2026, 12, 1),
+        date(2026, 12, 3),
+    )
+
+
+def test_archived_runs_answer_for_their_occurrences_and_the_database_copy_wins() -> None:
+    archived = [
+        Run(T, "succeeded", run_id=uuid.UUID(int=10)),
+        Run(T + H, "dead", "HTTP 503", run_id=uuid.UUID(int=11)),
+        Run(T + 2 * H, "dead", run_id=uuid.UUID(int=12)),  # planned into again since
+        Run(T - H, "succeeded", run_id=uuid.UUID(int=13)),  # outside the range
+    ]
+    live = [Run(T + 2 * H, "succeeded", run_id=uuid.UUID(int=20))]
+    runs = with_archived_runs(live, archived, since=T, until=T + 10 * H)
+    assert [run.run_id.int for run in runs] == [10, 11, 20]
+    ledger = _ledger(runs=runs)
+    assert ledger[T] == ("succeeded", "")
+    assert ledger[T + H] == ("dead", "HTTP 503")
+    assert ledger[T + 2 * H] == ("succeeded", "")
+    assert ledger[T + 3 * H][0] == "missed"
