@@ -3,6 +3,8 @@
 - Any number of SIGTERM and SIGINT to its process group (a terminal, ``timeout``, systemd and
   container runtimes signal the whole group, and wrappers such as ``make`` and ``uv run`` forward
   the signal again), after start-up or while the stack is still starting.
+- ``make up`` (the README's first command) given SIGTERM to its process group: make, ``uv run``
+  and ``duetime up`` all get it, make and uv forward it again, and make exits once all stopped.
 - SIGKILL to ``duetime up`` itself: its services and servers end by themselves.
 - A run that died leaving things behind: the next ``duetime up`` on the data dir stops them.
 
@@ -32,6 +34,7 @@ from duetime_infra.processes import child_record, children_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e")]
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 120.0
 # The services' stop grace (10 s) and the slowest server's stop, with slack for 2 busy cores.
 GONE_TIMEOUT = 30.0
@@ -51,6 +54,16 @@ def _left_after(pids: set[int], timeout: float) -> list[int]:
     return sorted(pid for pid in pids if _alive(pid))
 
 
+def _descendants(pid: int, depth: int) -> set[int]:
+    """The live processes ``depth`` generations below ``pid`` and those in between."""
+    found: set[int] = set()
+    parents = {pid}
+    for _ in range(depth):
+        parents = {child.pid for parent in parents for child in children_of(parent)}
+        found |= parents
+    return found
+
+
 def _kill(pids: set[int]) -> None:
     for pid in pids:
         if _alive(pid):
@@ -58,25 +71,28 @@ def _kill(pids: set[int]) -> None:
 
 
 class Up:
-    """``duetime up --data-dir DIR`` in a session of its own, its console in a file."""
+    """``duetime up --data-dir DIR`` in a session of its own, its console in a file; or
+    ``command``, a wrapper that runs it, given the data dir as ``DUETIME_DATA_DIR``."""
 
-    def __init__(self, tmp_path: Path, name: str = "up") -> None:
+    def __init__(self, tmp_path: Path, name: str = "up", command: list[str] | None = None) -> None:
         self.data_dir = tmp_path / "data"
         self.log_path = tmp_path / f"{name}.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("DUETIME_")}
+        env["DUETIME_DATA_DIR"] = str(self.data_dir)
         env["PYTHONUNBUFFERED"] = "1"
+        argv = command or [
+            sys.executable,
+            "-m",
+            "duetime.cli.main",
+            "up",
+            "--data-dir",
+            str(self.data_dir),
+            "--summary-every",
+            "0",
+        ]
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "duetime.cli.main",
-                    "up",
-                    "--data-dir",
-                    str(self.data_dir),
-                    "--summary-every",
-                    "0",
-                ],
+                argv,
                 cwd=tmp_path,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -121,7 +137,7 @@ class Up:
     def cleanup(self) -> None:
         """After a failure: leave nothing behind whatever the test got to."""
         if self.process.poll() is None:
-            self.process.kill()
+            os.killpg(self.process.pid, signal.SIGKILL)  # a wrapper's children too
             self.process.wait(10)
         _kill(self.seen)
         EmbeddedStack(self.data_dir, migrate=False).down()
@@ -172,6 +188,33 @@ def test_any_number_of_signals_to_the_group_stops_everything(up: Up) -> None:
     assert text.count("service.stopped") == 5
     assert "stack.stopped" in text
     assert not (up.data_dir / RECORD_FILE).exists()
+
+
+def test_sigterm_to_the_group_of_make_up_stops_everything(tmp_path: Path) -> None:
+    # -o: the stamp is up to date (this test runs in the synced venv); make must not re-sync
+    # the venv under the running test if a checkout left pyproject.toml newer than the stamp.
+    make = ["make", "--no-print-directory", "-C", str(REPO_ROOT), "-o", ".venv/.synced", "up"]
+    up = Up(tmp_path, name="make-up", command=make)
+    try:
+        _wait_running(up)
+        # uv run (make's child) and duetime up (uv's); pids() has up's services and servers.
+        wrappers = _descendants(up.process.pid, depth=2)
+        up.seen |= wrappers
+        pids = up.pids()
+        assert len(wrappers) == 2, up.text()
+        assert len(pids) >= 9 + 2, up.text()  # four services, the API, four servers, children
+
+        up.signal_group(signal.SIGTERM)
+        code = up.process.wait(GONE_TIMEOUT + 30)
+        # make waits for its recipe, then ends by the signal it got.
+        assert code == -signal.SIGTERM, up.text()
+        assert _left_after(wrappers | pids, GONE_TIMEOUT) == [], up.text()
+        text = up.text()
+        assert text.count("service.stopped") == 5
+        assert "stack.stopped" in text
+        assert not (up.data_dir / RECORD_FILE).exists()
+    finally:
+        up.cleanup()
 
 
 def test_signals_while_the_stack_starts_stop_everything(up: Up) -> None:
