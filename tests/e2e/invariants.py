@@ -1,4 +1,20 @@
-"""The invariants every fault test checks afterwards by SQL (shared/RELIABILITY.md §3)."""
+"""The invariants every fault test checks afterwards by SQL.
+
+The fault tests name them by number:
+
+- I1: each occurrence, minus those the catch-up policy skips, has exactly one run.
+- I2: every run reaches a terminal state once the faults have healed.
+- I3: no completion from a fenced attempt is accepted.
+- I4: at most one planner writes for a shard at any moment (the shard fence).
+- I5: no attempt beyond ``max_attempts``; ``dead`` only after the last one.
+- I6: lateness stays bounded (within a lease TTL and a scan period after a takeover).
+- I7: every outbox row is published, and marked so only on an acknowledgement.
+- I8: every target request carries its run and attempt; duplicates differ only in attempt.
+- I9: a target's concurrency limit is never exceeded, counting zombies.
+- I10: no acknowledged API write is lost.
+- I11: catch-up after an outage follows each job's policy (once, all, skip).
+- I12: the jobs-topic consumer gets past poison records, which land in ``jobs.rejected``.
+"""
 
 from __future__ import annotations
 

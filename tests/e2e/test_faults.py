@@ -1,5 +1,5 @@
-"""Fault injection on the whole pipeline (shared/RELIABILITY.md §6), checked against the
-invariants of §3 by SQL over the database and by the recording target.
+"""Fault injection on the whole pipeline (docs/operations.md, "Tests"), checked against the
+invariants (tests/e2e/invariants.py) by SQL over the database and by the recording target.
 
 - F2: a worker paused (``kill -STOP``) for longer than its lease. The reaper expires attempt 1 by
   the database clock, another worker runs attempt 2, and when the zombie resumes it must not win:

@@ -1,4 +1,4 @@
-"""Fault injection on PostgreSQL (shared/RELIABILITY.md §6, F9), checked by SQL afterwards.
+"""Fault injection on PostgreSQL (a crash), checked by SQL afterwards.
 
 PostgreSQL killed (``kill -9``, a crash) and started again while jobs run every second through the
 whole pipeline. No service may exit: each rides out the outage (its statements fail, are retried,

@@ -1,4 +1,4 @@
-"""Fault injection on the reaper (shared/RELIABILITY.md §6), checked by SQL afterwards.
+"""Fault injection on the reaper, checked by SQL afterwards.
 
 A reaper killed (``kill -9``) while attempts run, and restarted after their leases ran out:
 

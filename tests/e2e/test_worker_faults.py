@@ -1,4 +1,4 @@
-"""Fault injection on the workers (shared/RELIABILITY.md §6), checked by SQL afterwards.
+"""Fault injection on the workers, checked by SQL afterwards.
 
 SIGTERM to the worker process whose attempt is executing: it takes no more work, gives the
 attempt its ``shutdown_grace``, then hands it back (docs/workers.md, "Stopping"): the attempt ends

@@ -37,7 +37,7 @@ from tests.fixtures.s3 import S3Server
 
 pytestmark = pytest.mark.integration
 
-# Consumer settings from shared/KAFKA.md §3 (test profile).
+# Consumer settings of the local profile (duetime/bus/kafka.py).
 _CONSUMER = {
     "session.timeout.ms": 6000,
     "heartbeat.interval.ms": 1000,

@@ -6,7 +6,7 @@ own (a slow broker or database delays the gauges, never reaping): the outbox bac
 runs already due but not yet published, through the outbox index) and every consumer group's lag
 on its topics (committed offset to high watermark, read from outside the groups). On the local
 tansu broker a high watermark read by ListOffsets is wrong when a producer batch held more than
-one record (shared KAFKA.md), so the lag there is an estimate; on Apache Kafka it is exact.
+one record, so the lag there is an estimate; on Apache Kafka it is exact.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The store is synchronous (SQLAlchemy + psycopg), so its calls run on a thread pool. The deadline
 is the important part: during a silent network partition a statement neither fails nor returns
-(shared/RELIABILITY.md §5.1 saw a heartbeat hang), and a worker that waits on it can never notice
+(a heartbeat was seen to hang that way), and a worker that waits on it can never notice
 that its lease ran out. ``asyncio.wait_for`` gives up on the call; the thread itself stays blocked
 until libpq's keepalives or the server's timeouts end it, which is why the pool is sized with
 room to spare.
