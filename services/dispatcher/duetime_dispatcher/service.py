@@ -4,8 +4,8 @@ SIGINT and SIGTERM stop it cleanly: the consumer commits the acked prefix of eac
 the producer flushes, and the process exits 0. Runs still held were never acked, so whichever
 dispatcher owns their partitions next reads them again.
 
-A stop has ``stop_grace`` (default 5 s): with the broker gone, faust's consumer thread can wait
-for it forever, so once the grace is over the process ends regardless (``process.hard_exit``,
+A stop has ``stop_grace`` (default 5 s): with the broker gone, the intake's final commit and
+the producers' flushes can wait for it for long, so once the grace is over the process ends regardless (``process.hard_exit``,
 exit status 70). Nothing is lost by that beyond what any crash loses: unacked runs are read
 again.
 """
@@ -76,7 +76,7 @@ class _Worker(faust.Worker):
     """faust's worker, with a deadline on its stop.
 
     ``stop`` is where every way of stopping passes (a signal, the end of ``start``); the deadline
-    starts there, before faust stops the consumer, which is the step that can hang.
+    starts there, before the shutdown hook commits and closes the consumer, the steps that can hang.
     """
 
     def __init__(self, *args: Any, stop_grace: float, **kwargs: Any) -> None:
