@@ -335,6 +335,33 @@ async def test_a_hanging_completion_gives_up_when_the_lease_runs_out(
     assert (await asyncio.wait_for(runner.run(_run(lease_s=5.0)), 5)).status == "succeeded"
 
 
+class _StallingTargets(FakeTargets):
+    """The process stops mid-call (SIGSTOP, a VM pause): nothing runs on the event loop, not
+    even the lease renewer, and the target's answer is there when it goes on."""
+
+    def __init__(self, stall_s: float) -> None:
+        super().__init__(OK)
+        self._stall_s = stall_s
+
+    async def execute(self, run: RunEvent, claim: Claim) -> AttemptOutcome:
+        time.sleep(self._stall_s)
+        return await super().execute(run, claim)
+
+
+async def test_an_attempt_that_outlived_its_lease_fences_itself_and_sends_no_completion(
+    calls: BlockingCalls,
+) -> None:
+    # Once the local lease deadline has passed the reaper may have given the run to another
+    # worker: the zombie neither completes nor tries to, it reports the lease lost.
+    store, events = FakeStore(), FakeEvents()
+    report = await asyncio.wait_for(
+        _runner(store, events, _StallingTargets(0.8), calls).run(_run(lease_s=1.0)), 5
+    )
+    assert report.status == "lease_lost"
+    assert store.complete_calls == 0 and store.completions == []
+    assert [result.outcome for result in events.results] == ["fenced"]
+
+
 async def test_claim_is_retried_through_database_errors(calls: BlockingCalls) -> None:
     store, targets = FakeStore(claim_errors=2), FakeTargets(OK)
     report = await _runner(store, FakeEvents(), targets, calls).run(_run())

@@ -338,6 +338,15 @@ class AttemptRunner:
                 error=completion.error,
                 status_code=completion.status_code,
             )
+        if lease.clock.remaining(self._monotonic()) <= 0:
+            # The local lease deadline passed while the attempt ran (a stalled process, a long
+            # pause): the reaper may already have given the run to another worker, so this one
+            # fences itself instead of sending a completion the database would refuse.
+            event("lease.lost", logging.WARNING, **ctx, reason="lease ran out before completion")
+            self._announce(
+                run, claim, "fenced", UNKNOWN_STATE, completion.error, completion.status_code
+            )
+            return AttemptReport("lease_lost")
         accepted = await self._complete(lane, lease, completion)
         if accepted is None:
             event("run.completion_failed", logging.ERROR, **ctx, state=completion.state)
