@@ -344,7 +344,7 @@ class _StallingTargets(FakeTargets):
         self._stall_s = stall_s
 
     async def execute(self, run: RunEvent, claim: Claim) -> AttemptOutcome:
-        time.sleep(self._stall_s)
+        time.sleep(self._stall_s)  # noqa: ASYNC251 - the point: the whole loop stalls
         return await super().execute(run, claim)
 
 

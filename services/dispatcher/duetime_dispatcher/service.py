@@ -5,9 +5,9 @@ the producer flushes, and the process exits 0. Runs still held were never acked,
 dispatcher owns their partitions next reads them again.
 
 A stop has ``stop_grace`` (default 5 s): with the broker gone, the intake's final commit and
-the producers' flushes can wait for it for long, so once the grace is over the process ends regardless (``process.hard_exit``,
-exit status 70). Nothing is lost by that beyond what any crash loses: unacked runs are read
-again.
+the producers' flushes can wait for it for long, so once the grace is over the process ends
+regardless (``process.hard_exit``, exit status 70). Nothing is lost by that beyond what any
+crash loses: unacked runs are read again.
 """
 
 from __future__ import annotations
