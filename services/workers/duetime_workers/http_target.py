@@ -19,14 +19,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-import aiohttp
 from yarl import URL
 
-from duetime.egress.resolver import refused
 from duetime.egress.ssrf import TargetRefused
 from duetime.model import HttpTarget
 
 from .headers import InvalidHeader, http_headers
+from .http1 import ResponseError
 from .outcome import AttemptOutcome, final, http_outcome, retryable
 from .secret_store import SecretStore, SecretUnavailable, redact
 from .transport import HttpClient
@@ -105,7 +104,6 @@ class HttpExecutor:
                 callback_token=callback_token,
                 resume=resume,
             )
-            self._client.guard.check_literal(url.raw_host or "")
         except _InvalidTarget as exc:
             return final(str(exc))
         except InvalidHeader as exc:
@@ -133,33 +131,17 @@ class HttpExecutor:
         seconds = timeout.total_seconds()
         body = target.body.encode("utf-8") if target.body is not None else None
         try:
-            async with (
-                asyncio.timeout(seconds),
-                self._client.session.request(
-                    target.method.upper(),
-                    url,
-                    headers=headers,
-                    data=body,
-                    allow_redirects=False,
-                ) as response,
-            ):
-                return http_outcome(
-                    response.status,
-                    response.reason or "",
-                    response.headers.get("Retry-After"),
-                    self._now(),
-                )
+            async with asyncio.timeout(seconds):
+                response = await self._client.request(target.method.upper(), url, headers, body)
         except TargetRefused as exc:
             return final(str(exc))
         except TimeoutError:
             return retryable(f"timed out after {seconds:g}s")
-        except aiohttp.InvalidURL as exc:
-            return final(f"invalid request: {exc}")
-        except (aiohttp.ClientError, OSError) as exc:
-            # connect/read/write errors, TLS failures, remote protocol errors
-            why = refused(exc)
-            if why is not None:
-                return final(str(why))
+        except ResponseError as exc:
+            return retryable(f"invalid response: {exc}")
+        except OSError as exc:
+            # connect/read/write errors, TLS failures, a connection closed before the answer
             return retryable(f"{type(exc).__name__}: {exc}".rstrip(": "))
-        except ValueError as exc:  # aiohttp refuses a header or method it cannot send
+        except ValueError as exc:  # a method or URL that cannot be sent
             return final(f"invalid request: {exc}")
+        return http_outcome(response.status, response.reason, response.retry_after, self._now())
