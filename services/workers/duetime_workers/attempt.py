@@ -64,7 +64,7 @@ from .decision import Completion, decide, hand_back
 from .lanes import ClusterRunStores, StoreLane, build_lanes
 from .logs import event
 from .metrics import WorkerMetrics
-from .outcome import AttemptOutcome, retryable
+from .outcome import AttemptOutcome, OutcomeKind, retryable
 from .ports import RunEvents, RunStore, TargetExecutor
 from .renewer import HeldLease
 
@@ -231,9 +231,13 @@ class AttemptRunner:
             return await self._finish(
                 lane, run, claim, lease, hand_back(claim.attempt, run.max_attempts)
             )
-        completion = decide(
-            outcome, claim.attempt, run.max_attempts, self._backoff(run, claim.attempt)
+        # The retry policy's delay only matters to a retryable failure.
+        backoff = (
+            self._backoff(run, claim.attempt)
+            if outcome.kind is OutcomeKind.RETRYABLE
+            else timedelta(0)
         )
+        completion = decide(outcome, claim.attempt, run.max_attempts, backoff)
         return await self._finish(lane, run, claim, lease, completion)
 
     # claim --------------------------------------------------------------------------------
@@ -289,12 +293,25 @@ class AttemptRunner:
         if handing_back.done():  # claimed while the worker stops: do not start the work
             return "handed_back"
         execution = asyncio.ensure_future(self._targets.execute(run, claim))
+
+        def interrupt(_: object) -> None:
+            execution.cancel()  # nothing if it is done already
+
+        # Callbacks rather than asyncio.wait over the three: this runs once per attempt, and
+        # a wait costs a waiter and three callbacks added and removed each time.
+        lease.lost.add_done_callback(interrupt)
+        handing_back.add_done_callback(interrupt)
         try:
-            waiting: set[asyncio.Future[Any]] = {execution, lease.lost, handing_back}
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        finally:  # also on our own cancellation (a forced stop)
-            if not execution.done():
-                execution.cancel()
+            await execution  # our own cancellation (a forced stop) cancels the execution too
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+        except Exception:  # an executor bug: _outcome_of fails the attempt with it
+            pass
+        finally:
+            lease.lost.remove_done_callback(interrupt)
+            handing_back.remove_done_callback(interrupt)
         if execution.done() and not execution.cancelled():
             return self._outcome_of(run, claim, execution)
         await asyncio.wait({execution}, timeout=_CANCEL_WAIT)
