@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from duetime.errors import StackError
-from duetime_infra.component import Component
+from duetime_infra.component import DEFAULT_START_TIMEOUT, Component
 from duetime_infra.health import probe_s3
 from duetime_infra.ports import LOOPBACK, _ephemeral_low, find_free_port, port_is_free
 
@@ -51,6 +51,10 @@ _PORT_NAMES = (
     "filer_grpc",
 )
 _BUCKET_WAIT = 10.0
+# weed binds a dozen ports picked free beforehand; another process may take one in between.
+_BIND_TRIES = 3
+# What weed logs when a port is taken: at its own check, or at the bind after it.
+_PORT_LOST = ("Port allocation failed", "bind: address already in use")
 
 
 def weed_binary() -> Path:
@@ -195,6 +199,32 @@ class SeaweedS3(Component):
 
     def probe(self, timeout: float = 2.0) -> bool:
         return probe_s3(self.url, timeout)
+
+    def wait_healthy(self, timeout: float = DEFAULT_START_TIMEOUT) -> None:
+        """As for every component, but a start that lost one of its auxiliary ports to another
+        process between the pick and weed's bind is started again on fresh ports (twice at
+        most)."""
+        for attempt in range(1, _BIND_TRIES + 1):
+            try:
+                super().wait_healthy(timeout)
+                return
+            except StackError as exc:
+                if attempt == _BIND_TRIES or self.running() or not self._lost_a_port():
+                    raise exc
+            self._repick_ports()
+            self.spawn()
+
+    def _lost_a_port(self) -> bool:
+        try:
+            log = self.log_path.read_text(errors="replace")
+            return any(marker in log for marker in _PORT_LOST)
+        except OSError:
+            return False
+
+    def _repick_ports(self) -> None:
+        for key in _PORT_NAMES:
+            self._ports[key] = find_free_port()
+        self._ports["admin"] = _admin_pair()
 
     def _after_ready(self) -> None:
         """The S3 gateway answers before the bucket from ``S3_BUCKET`` exists: wait for it."""

@@ -326,3 +326,37 @@ def test_cli_up_status_down(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         assert main(["stack", "down", "--data-dir", data_dir]) == 0
     assert main(["stack", "down", "--data-dir", data_dir]) == 0
     assert main(["stack", "status", "--data-dir", data_dir]) == 1
+
+
+def test_s3_that_lost_a_port_between_pick_and_bind_starts_again_on_fresh_ports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """weed binds a dozen ports picked free beforehand; another process took one in between."""
+    import socket
+
+    from duetime_infra.seaweed import SeaweedS3
+
+    taken: list[socket.socket] = []
+    prepare = SeaweedS3._prepare
+
+    def prepare_then_lose_a_port(self: SeaweedS3) -> None:
+        prepare(self)
+        if not taken:  # the first start only: its iceberg port goes to someone else
+            holder = socket.socket()
+            holder.bind(("127.0.0.1", self.aux_ports()["iceberg"]))
+            holder.listen()
+            taken.append(holder)
+
+    monkeypatch.setattr(SeaweedS3, "_prepare", prepare_then_lose_a_port)
+    server = SeaweedS3(tmp_path, port=find_free_port(), die_with_owner=True)
+    lost = taken_port = None
+    try:
+        server.start()
+        lost = taken[0].getsockname()[1]
+        taken_port = server.aux_ports()["iceberg"]
+        assert server.running()
+    finally:
+        server.stop()
+        for holder in taken:
+            holder.close()
+    assert lost is not None and taken_port != lost
