@@ -276,27 +276,19 @@ class Http1Client:
         port = url.port or _DEFAULT_PORTS[url.scheme]
         key = (url.scheme, host, port)
         request = _serialize(method, url, host, port, headers, body)
+        head_only = method == "HEAD"
         async with self._in_flight:
             connection = self._take_idle(key)
             reused = connection is not None
             if connection is None:
                 connection = await self._connect(key)
             try:
-                return await connection.exchange(request, head_only=method == "HEAD")
+                return await _exchange(connection, request, head_only)
             except ServerDisconnected:
-                connection.abort()
                 if not reused or connection.received:
                     raise
-            except BaseException:
-                connection.abort()
-                raise
             # The server closed an idle connection as we wrote to it: once more, on a new one.
-            connection = await self._connect(key)
-            try:
-                return await connection.exchange(request, head_only=method == "HEAD")
-            except BaseException:
-                connection.abort()
-                raise
+            return await _exchange(await self._connect(key), request, head_only)
 
     def release(self, connection: _Connection) -> None:
         """A connection whose exchange is over, body dropped: keep it for the next request."""
@@ -356,6 +348,15 @@ class Http1Client:
                 connection.close()
         self._idle.clear()
         self._idle_count = 0
+
+
+async def _exchange(connection: _Connection, request: bytes, head_only: bool) -> Response:
+    """One exchange on ``connection``; a connection whose exchange failed is aborted."""
+    try:
+        return await connection.exchange(request, head_only=head_only)
+    except BaseException:
+        connection.abort()
+        raise
 
 
 def _serialize(
