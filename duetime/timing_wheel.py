@@ -210,10 +210,6 @@ class TimingWheel(Generic[K, V]):
         due up to ``now + prepare`` (they stay held, and are released by a later call)."""
         return [entry.item for entry in self._advance(now, prepare)]
 
-    def advance_keyed(self, now: datetime, prepare: timedelta = timedelta(0)) -> list[tuple[K, V]]:
-        """:meth:`advance`, with each item's key."""
-        return [(entry.key, entry.item) for entry in self._advance(now, prepare)]
-
     # -- internals -------------------------------------------------------------------------
 
     def _advance(self, now: datetime, prepare: timedelta) -> list[_Entry[K, V]]:

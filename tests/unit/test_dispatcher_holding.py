@@ -376,3 +376,21 @@ def test_holding_settles_an_emitted_run_only_when_told() -> None:
     assert receive(h, src(1), run) is Outcome.DUPLICATE
     h.settle(release)
     assert h.ackable() == ["runs.due.10s/0@0", "runs.due.10s/0@1"]
+
+
+def test_runs_taken_due_are_in_flight_once_tracked() -> None:
+    """The dispatcher produces a round's runs between take_due and track (with no await between
+    them); once tracked, a copy read again is a duplicate, and delivery acks as before."""
+    h: Holding[str] = Holding(T0)
+    receive(h, src(0), run_due(T0 + S))
+    receive(h, src(1), run_due(T0 + S, 1))
+    taken = h.take_due(T0 + S)
+    assert [run_number(r.routed) for r in taken] == [0, 1]
+    assert h.held == 0 and h.in_flight == 0
+    h.track(taken)
+    assert h.in_flight == 2
+    assert receive(h, src(2), run_due(T0 + S)) is Outcome.DUPLICATE
+    for release in taken:
+        h.delivered(release, T0 + S)
+    assert h.in_flight == 0
+    assert h.ackable() == [token(src(0)), token(src(1)), token(src(2))]

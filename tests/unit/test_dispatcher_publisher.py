@@ -10,6 +10,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from duetime_dispatcher.holding import Release
 from duetime_dispatcher.publisher import ReadyPublisher
 from tests.unit.test_dispatcher_holding import T0, run_due, src
@@ -18,25 +20,35 @@ from tests.unit.test_dispatcher_holding import T0, run_due, src
 class QueueProducer:
     """librdkafka's queue with ``delivery.report.only.error``: callbacks for failures only."""
 
-    def __init__(self) -> None:
+    def __init__(self, room: int = 1_000_000) -> None:
         self.queue: list[tuple[bytes | None, Callable[[Any, Any], None]]] = []
         self.fail: set[bytes] = set()  # keys the broker refuses
+        self.refuse: set[bytes] = set()  # keys the client itself refuses (too large)
         self.stalled = False  # the broker does not answer: flush times out
+        self.room = room  # records the queue takes before BufferError
+        self.produced: list[bytes | None] = []
 
     def produce(self, topic: str, value: bytes, key: bytes | None, **kwargs: Any) -> None:
+        if key in self.refuse:
+            raise KafkaException("MSG_SIZE_TOO_LARGE")
+        if len(self.queue) >= self.room:
+            raise BufferError("Local: Queue full")
         self.queue.append((key, kwargs["on_delivery"]))
+        self.produced.append(key)
 
     def flush(self, timeout: float) -> int:
         if self.stalled:
             return len(self.queue)
-        for key, report in self.queue:
-            if key in self.fail:
-                report("MSG_TIMED_OUT", None)
-        self.queue.clear()
+        self.poll(timeout)
         return 0
 
     def poll(self, timeout: float) -> int:
-        return 0
+        for key, report in self.queue:
+            if key in self.fail:
+                report("MSG_TIMED_OUT", None)
+        served = len(self.queue)
+        self.queue.clear()
+        return served
 
 
 def _releases(n: int) -> list[Release[str]]:
@@ -67,3 +79,36 @@ def test_a_flush_that_times_out_leaves_the_round_pending_until_the_queue_drains(
     # The next round (here: nothing new) drains the queue and answers for the earlier round.
     assert _publish(publisher, []) == {0: None, 1: "MSG_TIMED_OUT", 2: None}
     assert _publish(publisher, []) == {}
+
+
+def test_send_produces_at_once_and_leaves_what_the_full_queue_refused_to_settle() -> None:
+    producer = QueueProducer(room=2)
+    publisher: ReadyPublisher[str] = ReadyPublisher(producer, "runs.ready", 1.0)  # type: ignore[arg-type]
+    releases = _releases(5)
+    unsent = publisher.send(releases)
+    # Produced on the caller's thread until the queue was full; the rest waits for room.
+    assert producer.produced == [r.routed.ready_key for r in releases[:2]]
+    assert unsent == releases[2:]
+    producer.fail.add(releases[4].routed.ready_key)
+    outcomes = asyncio.run(publisher.settle(unsent))
+    assert producer.produced == [r.routed.ready_key for r in releases]
+    assert {r.routed.run_id.int - 1: reason for r, reason in outcomes} == {
+        0: None,
+        1: None,
+        2: None,
+        3: None,
+        4: "MSG_TIMED_OUT",
+    }
+
+
+def test_a_record_the_client_refuses_fails_alone() -> None:
+    producer = QueueProducer()
+    publisher: ReadyPublisher[str] = ReadyPublisher(producer, "runs.ready", 1.0)  # type: ignore[arg-type]
+    releases = _releases(3)
+    producer.refuse.add(releases[1].routed.ready_key)
+    assert publisher.send(releases) == []
+    outcomes = dict(
+        (r.routed.run_id.int - 1, reason) for r, reason in asyncio.run(publisher.settle())
+    )
+    assert outcomes[0] is None and outcomes[2] is None
+    assert outcomes[1] is not None and "MSG_SIZE_TOO_LARGE" in outcomes[1]

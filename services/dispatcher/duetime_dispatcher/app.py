@@ -452,14 +452,21 @@ class Dispatcher:
                 gc.enable()
 
     async def _release_due(self) -> int:
-        holding = self.holding
+        holding, publisher = self.holding, self.publisher
         taken_at = self.db_now()
-        releases = self.throttle.admit(holding.due(taken_at))
+        due = holding.take_due(taken_at)
+        releases = self.throttle.admit(due)
+        # At the due instant, the produce calls first; the bookkeeping after them, before the
+        # first await (the intake must find these runs in flight, see Holding.take_due).
+        unsent = publisher.send(releases)
+        holding.track(due)
         if self.throttle.waiting and self._clock() >= self._next_grant:
-            releases += await self.grant()
+            granted = await self.grant()
+            unsent += publisher.send(granted)
+            releases = [*releases, *granted]
         if not releases and not holding.in_flight:
             return 0
-        outcomes = await self.publisher.publish(releases)
+        outcomes = await publisher.settle(unsent)
         acknowledged_at = self.db_now()
         lines: list[tuple[Routed, float]] = []
         for release, error in outcomes:

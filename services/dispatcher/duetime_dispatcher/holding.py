@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from operator import attrgetter
 from typing import Generic, TypeVar
 
 from duetime.timing_wheel import TimingWheel
@@ -40,6 +41,7 @@ __all__ = ["Counters", "Holding", "Outcome", "Release", "RunKey", "Source"]
 T = TypeVar("T")
 
 _MS = timedelta(milliseconds=1)
+_KEY = attrgetter("key")
 
 
 class Outcome(StrEnum):
@@ -112,6 +114,7 @@ class _Held(Generic[T]):
     routed: Routed
     source: Source
     claim: Claim[T]
+    key: RunKey
 
 
 class Holding(Generic[T]):
@@ -185,23 +188,33 @@ class Holding(Generic[T]):
             self.counters.too_far += 1
             self._ledger.settle(claim)
             return Outcome.TOO_FAR
-        self._wheel.add(key, routed.due_at, _Held(routed, source, claim))
+        self._wheel.add(key, routed.due_at, _Held(routed, source, claim, key))
         return Outcome.HELD
 
     # -- releasing -----------------------------------------------------------------------------
 
     def due(self, now: datetime) -> list[Release[T]]:
         """Take every run due at ``now`` off the wheel, in due order, as in-flight releases."""
+        releases = self.take_due(now)
+        self.track(releases)
+        return releases
+
+    def take_due(self, now: datetime) -> list[Release[T]]:
+        """Take every run due at ``now`` off the wheel, in due order, *not yet* in flight.
+
+        The caller publishes them first and then calls :meth:`track`, so that a spike's produce
+        calls start before its bookkeeping; it must not yield to the event loop in between
+        (a record read meanwhile would find the run neither held nor in flight)."""
         self._now = max(self._now, now)
         self._forget_old_releases()
-        releases = [
-            Release(held.routed, held.source, now, held.claim, key)
-            for key, held in self._wheel.advance_keyed(now, self._prepare)
+        return [
+            Release(held.routed, held.source, now, held.claim, held.key)
+            for held in self._wheel.advance(now, self._prepare)
         ]
-        in_flight = self._in_flight
-        for release in releases:
-            in_flight[release.key] = release
-        return releases
+
+    def track(self, releases: list[Release[T]]) -> None:
+        """Hold ``releases`` (from :meth:`take_due`) as in flight, until the broker answers."""
+        self._in_flight.update(zip(map(_KEY, releases), releases, strict=True))
 
     def delivered(self, release: Release[T], now: datetime, *, settle: bool = True) -> timedelta:
         """The broker acknowledged the release at ``now``: remember its key, settle its record
@@ -241,7 +254,7 @@ class Holding(Generic[T]):
             del self._in_flight[key]
         self.counters.release_failures += 1
         if not release.claim.dropped:
-            held = _Held(release.routed, release.source, release.claim)
+            held = _Held(release.routed, release.source, release.claim, key)
             self._wheel.add(key, max(release.routed.due_at, now + self._retry_interval), held)
 
     def reroute(self, release: Release[T], routed: Routed) -> None:
@@ -252,7 +265,7 @@ class Holding(Generic[T]):
             del self._in_flight[key]
         self.counters.rerouted += 1
         if not release.claim.dropped:
-            self._wheel.add(key, routed.due_at, _Held(routed, release.source, release.claim))
+            self._wheel.add(key, routed.due_at, _Held(routed, release.source, release.claim, key))
 
     def abandon(self, release: Release[T]) -> None:
         """Give the release up unreleased (throttled and shed for back-pressure): its record is

@@ -6,9 +6,11 @@ and routing) plus two stamps (``duetime-released-at-ms``, ``duetime-throttled-ms
 released, on the database clock, and how long throttling held it), keyed by ``run_id`` so that
 one busy target spreads over every partition of ``runs.ready`` and every worker process
 (throttling per target is the dispatcher's job, not the partitioner's). A release only counts
-once the broker has it (``acks=all``); only then may the source record be acked. The produce
-calls and the flush run in a worker thread, so a spike of 100k releases, or a broker that is
-slow to answer, never blocks the event loop that keeps consuming and heartbeating.
+once the broker has it (``acks=all``); only then may the source record be acked.
+
+At the due instant the produce calls run on the event loop, straight off the wheel (:meth:`send`);
+the wait for the broker's answers runs in a worker thread (:meth:`settle`), so a broker that is
+slow to answer, or a queue that is full, never blocks the loop that keeps consuming.
 
 Delivery reports come for failures only (``delivery.report.only.error``): a spike's 100k success
 callbacks, each a Python call under the GIL inside the flush, cost more than the produce calls
@@ -71,56 +73,81 @@ class ReadyPublisher(Generic[T]):
         return cls(Producer(config), topic, flush_timeout)
 
     async def publish(self, releases: Sequence[Release[T]]) -> Outcomes[T]:
-        """Send ``releases`` and wait for the broker's answers (at most ``flush_timeout``)."""
+        """Send ``releases``, then wait for the broker's answers (:meth:`send`, :meth:`settle`)."""
+        return await self.settle(self.send(releases))
+
+    def send(self, releases: Sequence[Release[T]]) -> list[Release[T]]:
+        """Hand ``releases`` to librdkafka now, on the calling thread; returns those its queue
+        had no room for, which :meth:`settle` produces once there is room.
+
+        Called on the event loop at the due instant: a spike's produce calls are the only work
+        between the wheel and the broker (a thread hop first, or the round's bookkeeping, would
+        come before the first record leaves). It blocks the loop for the calls alone, a few
+        microseconds each (~0.5 s for 100k runs); it never waits for the broker.
+        """
+        produce, topic = self._producer.produce, self._topic
+        stamps: dict[tuple[datetime, int], list[tuple[str, bytes]]] = {}
+        pending = self._pending
+        sent = 0
+        try:
+            for release in releases:
+                routed = release.routed
+                emission = routed.emission
+                pending[id(release)] = release
+
+                def report(
+                    err: KafkaError | None, _msg: Any, release: Release[T] = release
+                ) -> None:
+                    # Looked up at call time: a report for a record of an earlier round whose
+                    # flush timed out is served by a later flush, and returned with that round.
+                    if err is not None:
+                        self._failures.append((release, err))
+
+                try:
+                    if emission is None:
+                        # When it was released and how long throttling held it, for the worker's
+                        # claim to record (one pair per round and wait: releases share them).
+                        stamp_key = (release.taken_at, release.throttled_ms)
+                        stamp = stamps.get(stamp_key)
+                        if stamp is None:
+                            stamp = stamps[stamp_key] = release_stamp(release)
+                        produce(
+                            topic,
+                            routed.value,
+                            routed.ready_key,
+                            headers=cast(Any, [*routed.headers, *stamp]),
+                            on_delivery=report,
+                        )
+                    else:  # the Kafka fast path: the job's own record on the job's own topic
+                        produce(
+                            emission.topic,
+                            emission.value,
+                            emission.key,
+                            headers=cast(Any, emission.headers),
+                            on_delivery=report,
+                        )
+                except KafkaException as exc:  # refused by the client itself (its size limit)
+                    report(exc.args[0], None)
+                sent += 1
+        except BufferError:  # the queue is full: the rest waits for room, off the loop
+            return list(releases[sent:])
+        return []
+
+    async def settle(self, unsent: Sequence[Release[T]] = ()) -> Outcomes[T]:
+        """Produce ``unsent`` (what :meth:`send` left), then wait for the broker's answers (at
+        most ``flush_timeout``), in a worker thread: a broker slow to answer never blocks the
+        event loop. Returns the outcome of every release sent so far that is now known."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, self._publish_blocking, releases)
+        return await loop.run_in_executor(None, self._settle_blocking, unsent)
 
     async def close(self) -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self._producer.flush, self._flush_timeout)
 
-    def _publish_blocking(self, releases: Sequence[Release[T]]) -> Outcomes[T]:
-        # The hot path of a spike: every argument was computed when the record was read, so a
-        # release is one produce call and one small closure for its delivery report.
-        produce, topic = self._producer.produce, self._topic
-        stamps: dict[tuple[datetime, int], list[tuple[str, bytes]]] = {}
+    def _settle_blocking(self, unsent: Sequence[Release[T]]) -> Outcomes[T]:
+        for release in unsent:
+            self._produce_slowly(release)
         pending = self._pending
-        for release in releases:
-            routed = release.routed
-            emission = routed.emission
-            pending[id(release)] = release
-
-            def report(err: KafkaError | None, _msg: Any, release: Release[T] = release) -> None:
-                # Looked up at call time: a report for a record of an earlier round whose flush
-                # timed out is served by a later flush, and returned with that round.
-                if err is not None:
-                    self._failures.append((release, err))
-
-            try:
-                if emission is None:
-                    # When it was released and how long throttling held it, for the worker's
-                    # claim to record (one pair per round and wait: releases share them).
-                    stamp_key = (release.taken_at, release.throttled_ms)
-                    stamp = stamps.get(stamp_key)
-                    if stamp is None:
-                        stamp = stamps[stamp_key] = release_stamp(release)
-                    produce(
-                        topic,
-                        routed.value,
-                        routed.ready_key,
-                        headers=cast(Any, [*routed.headers, *stamp]),
-                        on_delivery=report,
-                    )
-                else:  # the Kafka fast path: the job's own record on the job's own topic
-                    produce(
-                        emission.topic,
-                        emission.value,
-                        emission.key,
-                        headers=cast(Any, emission.headers),
-                        on_delivery=report,
-                    )
-            except (BufferError, KafkaException):
-                self._produce_slowly(release, report)
         in_queue = self._producer.flush(self._flush_timeout)
         failures, self._failures = self._failures, []
         outcomes: Outcomes[T] = [
@@ -133,8 +160,14 @@ class ReadyPublisher(Generic[T]):
             pending.clear()
         return outcomes
 
-    def _produce_slowly(self, release: Release[T], report: Any) -> None:
+    def _produce_slowly(self, release: Release[T]) -> None:
         """librdkafka's queue is full: serve delivery reports to make room, then produce."""
+        self._pending[id(release)] = release
+
+        def report(err: KafkaError | None, _msg: Any) -> None:
+            if err is not None:
+                self._failures.append((release, err))
+
         routed, emission = release.routed, release.routed.emission
         key: bytes | None
         if emission is None:
