@@ -3,7 +3,8 @@ plans, publishes and refuses, in SKIP LOCKED mode and in etcd mode with the shar
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -12,7 +13,7 @@ from duetime.sharding import shard_for
 from duetime.store.rows import DueJob
 from duetime_planner.config import PlannerConfig
 from duetime_planner.planner import Planner
-from tests.fakes.planner_store import FakePlannerStore, FakeProducer, due_job
+from tests.fakes.planner_store import FakePlannerStore, FakePlannerTx, FakeProducer, due_job
 
 NOW = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
 # No refill: a round plans exactly the lookahead (the refill has its own test).
@@ -252,3 +253,45 @@ class _Lapsing:
     def current(self, now: float) -> Mapping[int, int]:
         self.answers -= 1
         return self.tokens if self.answers >= 0 else {}
+
+
+class _CountedStore(FakePlannerStore):
+    """Counts the planner's transactions (here: its counts of the jobs due ahead); each takes
+    ``cost`` seconds of the test's monotonic clock."""
+
+    def __init__(self, now: datetime, clock: list[float], cost: float) -> None:
+        super().__init__(now)
+        self.ticks, self.cost, self.probes = clock, cost, 0
+
+    @contextmanager
+    def tx(self) -> Iterator[FakePlannerTx]:
+        self.probes += 1
+        self.ticks[0] += self.cost
+        with super().tx() as tx:
+            yield tx
+
+
+def _probing(cost: float) -> tuple[Planner, _CountedStore]:
+    clock = [0.0]
+    store = _CountedStore(NOW, clock, cost)
+    config = replace(CONFIG, max_lookahead=timedelta(minutes=10))
+    planner = Planner(store, FakeProducer(), TopicCatalog("t."), config, monotonic=lambda: clock[0])
+    return planner, store
+
+
+def test_a_cheap_count_of_the_jobs_due_ahead_is_repeated_every_second() -> None:
+    planner, store = _probing(cost=0.0)
+    for at, probes in ((0.0, 1), (0.5, 1), (0.99, 1), (1.0, 2), (1.5, 2), (2.0, 3)):
+        planner.refresh_lookahead(now=at)
+        assert store.probes == probes, at
+
+
+def test_an_expensive_count_waits_twenty_times_its_duration_and_at_most_probe_interval() -> None:
+    planner, store = _probing(cost=0.1)  # 100 ms a count: the next one 2 s later
+    for at, probes in ((0.0, 1), (1.5, 1), (1.99, 1), (2.0, 2), (3.9, 2), (4.0, 3)):
+        planner.refresh_lookahead(now=at)
+        assert store.probes == probes, at
+    planner, store = _probing(cost=1.0)  # 20 s by the rule, capped at probe_interval (5 s)
+    for at, probes in ((0.0, 1), (4.9, 1), (5.0, 2)):
+        planner.refresh_lookahead(now=at)
+        assert store.probes == probes, at

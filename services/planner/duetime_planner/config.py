@@ -33,7 +33,8 @@ class PlannerConfig:
     # lookahead and lookahead + refill ahead of their due time.
     refill: timedelta = timedelta(seconds=15)
     planning_rate: float = 1000.0
-    # How often the jobs due within max_lookahead are counted (a bounded index scan).
+    # The jobs due within max_lookahead are counted (a bounded index scan) every second while
+    # that is cheap, and at least every probe_interval (Planner.refresh_lookahead).
     probe_interval: timedelta = timedelta(seconds=5)
     probe_bucket: timedelta = timedelta(seconds=5)
     probe_cap: int = 1_000_000

@@ -65,6 +65,11 @@ from .ports import PlannerStore, PlannerTx, RecordProducer, ShardOwner
 __all__ = ["DueCounts", "PlanStats", "Planner"]
 
 log = logging.getLogger("duetime.planner")
+
+# The count of the jobs due ahead (Planner.refresh_lookahead): every this many seconds while it is
+# cheap, otherwise after this many times its own duration (at most 1/20 of the planner's time).
+_PROBE_EVERY_S = 1.0
+_PROBE_SHARE = 20.0
 # A histogram of the jobs due ahead: (bucket end, jobs due in the bucket), in time order.
 DueCounts = list[tuple[datetime, int]]
 
@@ -164,7 +169,7 @@ class Planner:
         # one ensures its partition again, in a short transaction of its own.
         self._remember_from: date | None = None
         self._last_sweep: float | None = None
-        self._last_probe: float | None = None
+        self._next_probe: float | None = None
         self.lookahead = self.config.lookahead
         # Several clusters planned by one process: the jobs due ahead on all of them (given this
         # cluster's, returns every cluster's latest), and the process's one planning rate.
@@ -266,23 +271,29 @@ class Planner:
         self._partitions.update(d for d in missing if start is None or d >= start)
 
     def refresh_lookahead(self, *, force: bool = False, now: float | None = None) -> timedelta:
-        """Re-count the jobs due ahead (at most every ``probe_interval``) and size the lookahead."""
+        """Re-count the jobs due ahead and size the lookahead.
+
+        The count is repeated every second while it is cheap, so that a spike applied shortly
+        before it is due is noticed within a second; one that takes long (a million jobs due
+        ahead) runs at most 1/20 of the time, and every ``probe_interval`` at the least often.
+        """
         cfg = self.config
         clock = self._monotonic() if now is None else now
-        if (
-            not force
-            and self._last_probe is not None
-            and clock - self._last_probe < cfg.probe_interval.total_seconds()
-        ):
+        if not force and self._next_probe is not None and clock < self._next_probe:
             return self.lookahead
-        self._last_probe = clock
         if cfg.max_lookahead == cfg.lookahead:
+            self._next_probe = clock + cfg.probe_interval.total_seconds()
             return self.lookahead
+        started = self._monotonic()
         with self.store.tx() as tx:
             db_now = tx.db_now()
             counts = tx.jobs_due_histogram(
                 self._round.shards, db_now + cfg.max_lookahead, cfg.probe_bucket, cfg.probe_cap
             )
+        took = self._monotonic() - started
+        self._next_probe = clock + min(
+            cfg.probe_interval.total_seconds(), max(_PROBE_EVERY_S, took * _PROBE_SHARE)
+        )
         if self._due_ahead is not None:
             counts = self._due_ahead(counts)
         lookahead = lookahead_for(
