@@ -44,9 +44,17 @@ def receive(h: Holding[str], source: Source, run: Routed | None, now: datetime =
     return h.receive(source, run, token(source), now)
 
 
+def due(h: Holding[str], now: datetime) -> list[Release[str]]:
+    """Take what is due at ``now`` and hold it in flight, as the dispatcher's release round does
+    around its produce calls."""
+    releases = h.take_due(now)
+    h.track(releases)
+    return releases
+
+
 def deliver_all(h: Holding[str], now: datetime) -> list[str]:
     """Release what is due at ``now``, confirm every delivery, return the tokens to ack."""
-    for release in h.due(now):
+    for release in due(h, now):
         h.delivered(release, now)
     return h.ackable()
 
@@ -55,8 +63,8 @@ def test_holding_releases_at_due_and_acks_only_after_delivery() -> None:
     h: Holding[str] = Holding(T0)
     assert receive(h, src(0), run_due(T0 + 5 * S)) is Outcome.HELD
     assert h.ackable() == []
-    assert h.due(T0 + 4 * S) == []
-    [release] = h.due(T0 + 5 * S + 3 * MS)
+    assert due(h, T0 + 4 * S) == []
+    [release] = due(h, T0 + 5 * S + 3 * MS)
     assert release.taken_at == T0 + 5 * S + 3 * MS
     assert h.ackable() == []  # in flight: the broker has not acknowledged it yet
     # Lateness runs until the broker acknowledged the release: publishing is part of it.
@@ -109,7 +117,7 @@ def test_holding_dedup_window_after_release() -> None:
     assert receive(h, src(1), run) is Outcome.DUPLICATE
     assert deliver_all(h, T0 + 30 * S) == ["runs.due.10s/0@1"]
     # A deliberate re-publish after the window (the planner's sweeper) goes through.
-    h.due(T0 + 62 * S)
+    due(h, T0 + 62 * S)
     assert receive(h, src(2), run) is Outcome.HELD
     assert deliver_all(h, T0 + 62 * S) == ["runs.due.10s/0@2"]
     assert h.counters.released == 2
@@ -129,12 +137,12 @@ def test_holding_acks_undecodable_records_in_order() -> None:
 def test_holding_retries_a_failed_release() -> None:
     h: Holding[str] = Holding(T0)
     receive(h, src(0), run_due(T0 + S))
-    [release] = h.due(T0 + S)
+    [release] = due(h, T0 + S)
     h.failed(release, T0 + S + 10 * MS)
     assert h.ackable() == []
     assert h.held == 1 and h.in_flight == 0
-    assert h.due(T0 + S + 1009 * MS) == []  # retried after retry_interval (1 s), not in a loop
-    [again] = h.due(T0 + S + 1010 * MS)
+    assert due(h, T0 + S + 1009 * MS) == []  # retried after retry_interval (1 s), not in a loop
+    [again] = due(h, T0 + S + 1010 * MS)
     assert again.routed == release.routed
     h.delivered(again, T0 + 2 * S)
     assert h.ackable() == ["runs.due.10s/0@0"]
@@ -147,7 +155,7 @@ def test_holding_revoke_drops_held_runs_and_stale_deliveries() -> None:
     receive(h, src(0, partition=0), run_due(T0 + S, n=0))
     receive(h, src(1, partition=0), run_due(T0 + timedelta(hours=1), n=1))
     receive(h, src(0, partition=1), run_due(T0 + timedelta(hours=1), n=2))
-    [in_flight] = h.due(T0 + S)
+    [in_flight] = due(h, T0 + S)
     assert h.revoke({("runs.due.10s", 0)}) == 1
     assert h.held == 1  # partition 1 kept
     h.delivered(in_flight, T0 + S)  # the broker has it, but its partition is someone else's now
@@ -165,11 +173,11 @@ def test_holding_rereads_a_revoked_in_flight_run_as_new_work() -> None:
     h: Holding[str] = Holding(T0)
     run = run_due(T0 + S)
     receive(h, src(0), run)
-    [in_flight] = h.due(T0 + S)
+    [in_flight] = due(h, T0 + S)
     h.revoke({("runs.due.10s", 0)})
     assert receive(h, src(0), run) is Outcome.HELD  # the partition came back: read again
     h.failed(in_flight, T0 + S)  # the old release fails: nothing to retry, its record is gone
-    [again] = h.due(T0 + S)
+    [again] = due(h, T0 + S)
     assert again.source == src(0) and again.claim is not in_flight.claim
     h.delivered(again, T0 + S)
     assert h.ackable() == ["runs.due.10s/0@0"]
@@ -236,7 +244,7 @@ def test_holding_properties(steps: list[tuple[str, int, int, int]]) -> None:
 
     def settle_due(at: datetime, allow_failure: bool) -> None:
         nonlocal fail_next
-        for release in h.due(at):
+        for release in due(h, at):
             assert release.routed.due_at <= at
             if allow_failure and fail_next:
                 fail_next = False
@@ -324,7 +332,7 @@ def test_holding_loses_nothing_across_revocations(steps: list[tuple[str, int, in
                 read.add(number)
         elif op == "tick":
             now += value * MS
-            for release in h.due(now):
+            for release in due(h, now):
                 assert release.routed.due_at <= now
                 outstanding.append(release)
         elif op == "outcomes":
@@ -342,7 +350,7 @@ def test_holding_loses_nothing_across_revocations(steps: list[tuple[str, int, in
     for release in outstanding:
         deliver(release, now)
     now += timedelta(hours=2)
-    for release in h.due(now):
+    for release in due(h, now):
         deliver(release, now)
     ack()
     assert read <= released
@@ -370,7 +378,7 @@ def test_holding_settles_an_emitted_run_only_when_told() -> None:
     h: Holding[str] = Holding(T0)
     run = run_due(T0 + S)
     receive(h, src(0), run)
-    [release] = h.due(T0 + S)
+    [release] = due(h, T0 + S)
     h.delivered(release, T0 + S, settle=False)
     assert h.ackable() == []
     assert receive(h, src(1), run) is Outcome.DUPLICATE

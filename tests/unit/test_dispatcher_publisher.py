@@ -56,7 +56,7 @@ def _releases(n: int) -> list[Release[str]]:
 
 
 def _publish(publisher: ReadyPublisher[str], releases: list[Release[str]]) -> dict[int, str | None]:
-    outcomes = asyncio.run(publisher.publish(releases))
+    outcomes = asyncio.run(publisher.settle(publisher.send(releases)))
     return {release.routed.run_id.int - 1: reason for release, reason in outcomes}
 
 

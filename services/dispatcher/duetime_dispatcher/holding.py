@@ -193,12 +193,6 @@ class Holding(Generic[T]):
 
     # -- releasing -----------------------------------------------------------------------------
 
-    def due(self, now: datetime) -> list[Release[T]]:
-        """Take every run due at ``now`` off the wheel, in due order, as in-flight releases."""
-        releases = self.take_due(now)
-        self.track(releases)
-        return releases
-
     def take_due(self, now: datetime) -> list[Release[T]]:
         """Take every run due at ``now`` off the wheel, in due order, *not yet* in flight.
 

@@ -72,10 +72,6 @@ class ReadyPublisher(Generic[T]):
         config = producer_config(settings, **{"delivery.report.only.error": True})
         return cls(Producer(config), topic, flush_timeout)
 
-    async def publish(self, releases: Sequence[Release[T]]) -> Outcomes[T]:
-        """Send ``releases``, then wait for the broker's answers (:meth:`send`, :meth:`settle`)."""
-        return await self.settle(self.send(releases))
-
     def send(self, releases: Sequence[Release[T]]) -> list[Release[T]]:
         """Hand ``releases`` to librdkafka now, on the calling thread; returns those its queue
         had no room for, which :meth:`settle` produces once there is room.
