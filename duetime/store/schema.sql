@@ -355,8 +355,6 @@ CREATE INDEX runs_dead_outbox_idx ON ONLY public.runs USING btree (finished_at) 
 
 CREATE INDEX runs_first_start_idx ON ONLY public.runs USING btree (due_at) WHERE ((attempt = 1) AND (state <> 'scheduled'::text));
 
-CREATE INDEX runs_job_idx ON ONLY public.runs USING btree (job_id, scheduled_for DESC);
-
 CREATE INDEX runs_lease_idx ON ONLY public.runs USING btree (lease_expires_at) WHERE (state = 'running'::text);
 
 CREATE INDEX runs_outbox_idx ON ONLY public.runs USING btree (due_at) WHERE ((state = 'scheduled'::text) AND (published_at IS NULL));
