@@ -41,7 +41,7 @@ from duetime.planning import initial_next_run_at
 from duetime.schedule import ScheduleCache, ScheduleSpec
 
 from .clusters import ClusterStores
-from .rows import iso_or_none, job_record, spec_from_row
+from .rows import batch_json_shared, iso_or_none, job_record, spec_from_row
 from .store import StoredJob, Tx
 from .tenants import TenantQuota, jobs_per_tenant, quota_limits_lock, quotas_lock
 
@@ -312,8 +312,9 @@ def _write_plan(
     # kept rendered as the ISO text the statement's JSON carries.
     next_runs: dict[ScheduleSpec, str | None] = {}
     written: set[str] = set()
-    # The database applies one chunk while Python builds the next (one statement in flight, the
-    # connection used by one thread at a time): on two cores this hides most statement time.
+    # The database applies one chunk while Python builds and encodes the next (one statement in
+    # flight, the connection used by one thread at a time): on two cores this hides most
+    # statement time. The thread only waits on the database, so it never holds the GIL for long.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobs-apply") as writer:
         pending: Future[set[str]] | None = None
         for part in _chunks(upserts):
@@ -325,9 +326,10 @@ def _write_plan(
                 record = job_record(job, version, None)
                 record["next_run_at"] = next_runs[spec]
                 records.append(record)
+            batch = batch_json_shared(records)
             if pending is not None:
                 written |= pending.result()
-            pending = writer.submit(tx.jobs_upsert_many, records)
+            pending = writer.submit(tx.jobs_upsert_encoded, batch)
         if pending is not None:
             written |= pending.result()
     refresh_statistics(tx, len(written) + len(removed))

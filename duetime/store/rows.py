@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,6 +26,7 @@ __all__ = [
     "ExpiredLease",
     "OutboxRun",
     "batch_json",
+    "batch_json_shared",
     "iso_or_none",
     "job_params",
     "job_record",
@@ -87,6 +89,22 @@ def target_from_json(value: Any) -> Target:
 def batch_json(value: Any) -> str:
     """A bulk statement's rows as one compact JSON parameter (see sql/planner.sql)."""
     return json.dumps(value, separators=(",", ":"))
+
+
+def batch_json_shared(records: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """``(rows, shared)``: a bulk statement's rows as two JSON parameters, each key in one of them.
+
+    A key whose value is the same in every record goes once into ``shared`` and is left out of
+    every row; the statement takes what a row lacks from ``shared`` (sql/planner.sql,
+    ``jobs_upsert_many``). Jobs of one file mostly share their schedule, retry policy and
+    timeouts, so a batch of 5000 one-off jobs travels as a quarter of the JSON: less to encode
+    here, less for PostgreSQL to parse. Every record must have the same keys.
+    """
+    first = records[0]
+    shared = {k: v for k, v in first.items() if all(r[k] == v for r in records)}
+    varying = [k for k in first if k not in shared]
+    rows = [{k: r[k] for k in varying} for r in records]
+    return batch_json(rows), batch_json(shared)
 
 
 def iso_or_none(instant: datetime | None) -> str | None:

@@ -38,6 +38,7 @@ from .rows import (
     ExpiredLease,
     OutboxRun,
     batch_json,
+    batch_json_shared,
     iso_or_none,
     retry_from_row,
     target_from_json,
@@ -204,7 +205,12 @@ class Tx:
         """Upsert ``rows.job_record`` objects; returns the job_ids stored (created or updated)."""
         if not records:
             return set()
-        params = {"rows": batch_json(records), "hot_horizon_s": self._hot_horizon_s}
+        return self.jobs_upsert_encoded(batch_json_shared(records))
+
+    def jobs_upsert_encoded(self, batch: tuple[str, str]) -> set[str]:
+        """``jobs_upsert_many`` of records already encoded by ``rows.batch_json_shared``."""
+        rows, shared = batch
+        params = {"rows": rows, "shared": shared, "hot_horizon_s": self._hot_horizon_s}
         return {r.job_id for r in self._rows("jobs_upsert_many", params)}
 
     def jobs_delete_many(self, tombstones: Sequence[tuple[str, int]]) -> set[str]:

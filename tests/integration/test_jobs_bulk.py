@@ -11,6 +11,7 @@ from sqlalchemy import text
 from duetime.events import JobTombstone
 from duetime.jobdef import parse_job
 from duetime.model import JobDefinition
+from duetime.sharding import shard_for
 from duetime.store import Store
 from duetime.store import jobs as jobs_module
 from duetime.store.jobs import jobs_apply
@@ -129,3 +130,40 @@ def test_a_bulk_write_refreshes_the_statistics_the_due_scan_is_planned_from(
         monkeypatch.setattr(jobs_module, "_ANALYZE_MIN_ROWS", 5)
         assert not jobs_module.refresh_statistics(tx, 12)
         assert jobs_module.refresh_statistics(tx, 14)
+
+
+_VARIED: list[dict[str, Any]] = [
+    {},
+    {"tenant": "team-b", "window_seconds": 30, "catch_up": "all", "max_catch_up": 7},
+    {"schedule": {"interval": "PT90S", "start_at": "2031-01-01T00:00:00Z"}, "paused": True},
+    {"overlap": "skip", "retry": {"max_attempts": 5, "initial_interval_seconds": 2, "jitter": 0}},
+    {"target": {"kafka": {"topic": "orders", "key": "k", "value": "{}"}}, "lease_seconds": 300},
+]
+
+
+def _columns(store: Store) -> dict[str, tuple[Any, ...]]:
+    """Every column a write sets, by job id (not the id, its shard, nor the write instants)."""
+    with store.engine.begin() as conn:
+        rows = conn.execute(text("SELECT * FROM jobs")).mappings().all()
+    assert all(r["shard_id"] == shard_for(r["job_id"]) for r in rows)
+    skip = {"job_id", "shard_id", "created_at", "updated_at"}
+    return {r["job_id"]: tuple(v for k, v in r.items() if k not in skip) for r in rows}
+
+
+def test_a_batch_stores_each_job_exactly_as_a_batch_of_one_does(store: Store) -> None:
+    # A batch sends the columns all its rows share once (rows.batch_json_shared); a batch of one
+    # shares every column. Jobs differing in one or several columns (a NULL start_at beside a
+    # value in the same column among them) are stored the same either way, and so are the jobs
+    # of a batch whose rows differ only in their ids.
+    with store.tx() as tx:
+        jobs_apply(tx, [_job(f"batch-{i}", **extra) for i, extra in enumerate(_VARIED)])
+        jobs_apply(tx, [_job(f"same-{i}", **_VARIED[1]) for i in range(3)])
+    for i, extra in enumerate(_VARIED):
+        with store.tx() as tx:
+            jobs_apply(tx, [_job(f"alone-{i}", **extra)])
+    stored = _columns(store)
+    assert len({repr(stored[f"alone-{i}"]) for i in range(len(_VARIED))}) == len(_VARIED)
+    for i in range(len(_VARIED)):
+        assert stored[f"batch-{i}"] == stored[f"alone-{i}"], _VARIED[i]
+    for i in range(3):
+        assert stored[f"same-{i}"] == stored["alone-1"]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from duetime.events import JobTombstone
 from duetime.jobdef import parse_job
 from duetime.model import JobDefinition
 from duetime.store.jobs import resolve_batch
+from duetime.store.rows import batch_json_shared
 from duetime.store.store import StoredJob
 
 
@@ -82,3 +84,26 @@ def test_define_then_delete_in_one_batch_leaves_nothing_to_write() -> None:
     plan = resolve_batch([_job("brief"), JobTombstone("brief", 2)], {})
     assert _actions(plan) == [("brief", "created", 1), ("brief", "deleted", 2)]
     assert plan.deletes == () and plan.upserts == ()
+
+
+def test_batch_json_shared_sends_each_column_once_in_rows_or_in_shared() -> None:
+    records = [
+        {"job_id": "a", "paused": False, "start_at": None, "window_ms": 0, "target": {"k": 1}},
+        {
+            "job_id": "b",
+            "paused": False,
+            "start_at": "2031-01-01T00:00:00+00:00",
+            "window_ms": 0,
+            "target": {"k": 1},
+        },
+    ]
+    rows, shared = (json.loads(part) for part in batch_json_shared(records))
+    assert shared == {"paused": False, "window_ms": 0, "target": {"k": 1}}
+    assert rows == [
+        {"job_id": "a", "start_at": None},
+        {"job_id": "b", "start_at": records[1]["start_at"]},
+    ]
+    assert [row | shared for row in rows] == records
+    # One record: every column is shared, each row is empty.
+    rows, shared = (json.loads(part) for part in batch_json_shared(records[:1]))
+    assert (rows, shared) == ([{}], records[0])

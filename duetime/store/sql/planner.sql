@@ -16,6 +16,10 @@ WHERE job_id = ANY(ARRAY(SELECT json_array_elements_text(CAST(:job_ids AS json))
 -- per statement (ON CONFLICT cannot touch a row twice); jobs_apply resolves duplicates first.
 -- A job whose next run lies beyond :hot_horizon_s is written cold (duetime_cold_bucket,
 -- migration 0015); a kept next_run_at keeps its bucket.
+-- A column whose value is the same in every row of the batch travels once, in :shared, and is
+-- absent from :rows (rows.batch_json_shared): json_populate_recordset takes a column a row lacks
+-- from its base record, which is :shared read as a jobs row. Each column is in exactly one of the
+-- two, so a NULL in either is kept. Jobs that share their defaults send a quarter of the JSON.
 INSERT INTO jobs AS j (
     job_id, tenant, shard_id, schedule_kind, schedule_expr, time_zone, dst_gap, dst_overlap,
     start_at, window_ms, catch_up, max_catch_up, overlap, target, target_service, max_attempts,
@@ -27,13 +31,8 @@ SELECT u.job_id, u.tenant, u.shard_id, u.schedule_kind, u.schedule_expr, u.time_
        u.retry_jitter, u.lease_ms, u.heartbeat_ms, u.paused, u.next_run_at, u.version,
        duetime_cold_bucket(u.next_run_at,
                            now() + make_interval(secs => CAST(:hot_horizon_s AS double precision)))
-FROM json_to_recordset(CAST(:rows AS json)) AS u(
-    job_id text, tenant text, shard_id smallint, schedule_kind text, schedule_expr text,
-    time_zone text, dst_gap text, dst_overlap text, start_at timestamptz, window_ms bigint,
-    catch_up text, max_catch_up integer, overlap text, target jsonb, target_service text,
-    max_attempts integer, retry_initial_ms bigint, retry_multiplier double precision,
-    retry_max_ms bigint, retry_jitter double precision, lease_ms bigint, heartbeat_ms bigint,
-    paused boolean, next_run_at timestamptz, version bigint)
+FROM json_populate_recordset(json_populate_record(NULL::jobs, CAST(:shared AS json)),
+                             CAST(:rows AS json)) AS u
 ON CONFLICT (job_id) DO UPDATE SET
     tenant = EXCLUDED.tenant,
     schedule_kind = EXCLUDED.schedule_kind,
