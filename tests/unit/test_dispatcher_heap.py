@@ -9,19 +9,12 @@ from collections.abc import Iterator
 import pytest
 
 from duetime_dispatcher.heap import Heap
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fakes.clock import ManualClock
 
 
 @pytest.fixture
-def clock() -> Iterator[_Clock]:
-    yield _Clock()
+def clock() -> Iterator[ManualClock]:
+    yield ManualClock()
     gc.unfreeze()  # whatever a test froze goes back to the collector
 
 
@@ -36,7 +29,7 @@ def _cycle() -> weakref.ref[_Node]:
     return weakref.ref(a)
 
 
-def test_a_frozen_garbage_cycle_waits_for_the_full_pass(clock: _Clock) -> None:
+def test_a_frozen_garbage_cycle_waits_for_the_full_pass(clock: ManualClock) -> None:
     heap = Heap(every=600, at_least_every=3600, quiet_for=1.0, monotonic=clock)
     gc.collect()
     cycle = _cycle()
@@ -50,7 +43,7 @@ def test_a_frozen_garbage_cycle_waits_for_the_full_pass(clock: _Clock) -> None:
     assert gc.get_freeze_count() == 0
 
 
-def test_the_full_pass_waits_for_a_quiet_moment_then_is_forced(clock: _Clock) -> None:
+def test_the_full_pass_waits_for_a_quiet_moment_then_is_forced(clock: ManualClock) -> None:
     heap = Heap(every=600, at_least_every=3600, quiet_for=1.0, monotonic=clock)
     clock.now += 599
     assert heap.maybe_collect(next_due_in=None) is None  # not yet time

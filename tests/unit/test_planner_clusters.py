@@ -18,6 +18,7 @@ from duetime.sharding import shard_for
 from duetime_planner.clusters import ClusterPlanners
 from duetime_planner.config import PlannerConfig
 from duetime_planner.ports import ShardOwner
+from tests.fakes.clock import ManualClock
 from tests.fakes.planner_store import FakePlannerStore, FakePlannerTx, FakeProducer, due_job
 from tests.fixtures.clusters import job_ids_on
 
@@ -50,14 +51,6 @@ class _Cluster(FakePlannerStore):
 
 
 @dataclass
-class _Clock:
-    now: float = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@dataclass
 class _Owner:
     tokens: dict[int, int]
 
@@ -66,7 +59,7 @@ class _Owner:
 
 
 def _planners(
-    stores: list[_Cluster], clock: _Clock, owner: ShardOwner | None = None
+    stores: list[_Cluster], clock: ManualClock, owner: ShardOwner | None = None
 ) -> tuple[ClusterPlanners, FakeProducer]:
     producer = FakeProducer()
     planners = ClusterPlanners.build(
@@ -89,7 +82,7 @@ def test_each_cluster_plans_its_own_shards_and_nothing_else() -> None:
     stores[1].add_job(due_job(second, next_run_at=NOW))
     # A row of cluster 1's shard found in cluster 0 (a copy left behind) is not cluster 0's.
     stores[0].add_job(due_job(second, next_run_at=NOW))
-    planners, producer = _planners(stores, _Clock())
+    planners, producer = _planners(stores, ManualClock(0.0))
     done = planners.run_once(NOW.date())
     assert set(done.stats) == {0, 1} and done.failed == ()
     assert done.stats[0].jobs_planned == 1 and done.stats[1].jobs_planned == 1
@@ -125,7 +118,7 @@ def test_a_failing_cluster_waits_out_its_pause_while_the_other_plans_on() -> Non
     # Cluster 0 is also the home cluster (target limits, the forecast): cluster 1 plans on
     # without placing runs by the forecast.
     stores[0].down = True
-    clock = _Clock(100.0)
+    clock = ManualClock(100.0)
     planners, _ = _planners(stores, clock)
     done = planners.run_once(NOW.date())
     assert done.failed == (0,) and set(done.stats) == {1}
@@ -152,7 +145,7 @@ def test_etcd_mode_claims_each_shard_in_its_own_cluster() -> None:
     stores[0].add_job(due_job(first, next_run_at=NOW))
     stores[1].add_job(due_job(second, next_run_at=NOW))
     s0, s1 = shard_for(first), shard_for(second)
-    planners, _ = _planners(stores, _Clock(), _Owner({s0: 7, s1: 9}))
+    planners, _ = _planners(stores, ManualClock(0.0), _Owner({s0: 7, s1: 9}))
     done = planners.run_once(NOW.date())
     assert done.stats[0].jobs_planned == 1 and done.stats[1].jobs_planned == 1
     row0, row1 = stores[0].fence_row(s0), stores[1].fence_row(s1)
@@ -164,7 +157,7 @@ def test_etcd_mode_claims_each_shard_in_its_own_cluster() -> None:
 def test_each_planner_is_given_the_instant_of_its_own_turn() -> None:
     """A long round on the first cluster must not let the second plan on a lease view taken
     before it: the owner is asked at the instant each planner starts."""
-    clock = _Clock(10.0)
+    clock = ManualClock(10.0)
     asked: list[float] = []
 
     class _Asked:
@@ -180,7 +173,7 @@ def test_each_planner_is_given_the_instant_of_its_own_turn() -> None:
 
 def test_stores_must_match_the_shard_map() -> None:
     with pytest.raises(ConfigError, match="1 stores for a shard map of 2 clusters"):
-        _planners([_Cluster(NOW)], _Clock())
+        _planners([_Cluster(NOW)], ManualClock(0.0))
 
 
 def test_the_lookahead_is_sized_for_the_spikes_of_every_cluster() -> None:
@@ -194,7 +187,7 @@ def test_the_lookahead_is_sized_for_the_spikes_of_every_cluster() -> None:
         batch_size=1000,
     )
     spike = NOW + timedelta(seconds=100)
-    clock = _Clock()
+    clock = ManualClock(0.0)
 
     def spiked(shard_map: ShardMap) -> tuple[ClusterPlanners, list[_Cluster]]:
         stores = [_Cluster(NOW) for _ in range(shard_map.size)]

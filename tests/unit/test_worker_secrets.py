@@ -21,14 +21,7 @@ from duetime_workers.secret_store import (
     check_secrets_dir,
     redact,
 )
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fakes.clock import ManualClock
 
 
 @pytest.fixture
@@ -39,14 +32,14 @@ def secrets_dir(tmp_path: Path) -> Path:
 
 
 def _store(
-    directory: Path | None, environ: dict[str, str] | None = None, clock: _Clock | None = None
+    directory: Path | None, environ: dict[str, str] | None = None, clock: ManualClock | None = None
 ) -> SecretStore:
     return SecretStore(
         directory=directory,
         environ=environ or {},
         worker_id="w-7",
         cache_ttl=timedelta(seconds=5),
-        clock=clock or _Clock(),
+        clock=clock or ManualClock(),
     )
 
 
@@ -104,7 +97,7 @@ def test_a_missing_secret_names_itself_the_worker_and_where_it_looked(secrets_di
 
 
 def test_a_value_is_reused_for_the_ttl_then_read_again(secrets_dir: Path) -> None:
-    clock = _Clock()
+    clock = ManualClock()
     store = _store(secrets_dir, clock=clock)
     path = _write(secrets_dir, "tok", "first")
     assert store.value("tok") == "first"
