@@ -39,6 +39,7 @@ def test_a_frozen_garbage_cycle_waits_for_the_full_pass(clock: ManualClock) -> N
     clock.now += 600
     full = heap.maybe_collect(next_due_in=None)
     assert full is not None and full.unreachable >= 2 and not full.forced
+    assert full.frozen >= 2
     assert cycle() is None
     assert gc.get_freeze_count() == 0
 

@@ -639,7 +639,7 @@ class Dispatcher:
                 log,
                 "dispatcher.gc",
                 logging.WARNING if full.forced else logging.INFO,
-                objects=full.objects,
+                frozen=full.frozen,
                 unreachable=full.unreachable,
                 took_ms=round(full.took_s * 1000, 1),
                 forced=full.forced,

@@ -4,7 +4,7 @@ The dispatcher holds every run it has read until the run is due: at 5,000 runs/s
 lookahead, a couple of hundred thousand runs, six or seven objects each the collector tracks.
 Those objects outlive every young-generation collection, so each collection walked the runs read
 since the last one only to find them all alive: measured at a steady 5,000 runs/s, a collection
-about every second, 0.1 s each (13 % of the dispatcher's CPU), plus a pass over the older
+about every second, 0.1 s each (13 % of a core), plus a pass over the older
 generations of 0.5-1.8 s about once a minute, during which nothing is released. What those
 passes found was almost nothing: about a thousand objects of garbage cycles a minute.
 
@@ -28,9 +28,11 @@ __all__ = ["FullCollection", "Heap"]
 
 @dataclass(frozen=True, slots=True)
 class FullCollection:
-    """What a full pass did: objects it walked (held runs included), found unreachable, took."""
+    """What a full pass did: the objects frozen since the last (held runs included), those it
+    found unreachable (garbage cycles), how long it took, and whether it could not wait for a
+    quiet moment."""
 
-    objects: int
+    frozen: int
     unreachable: int
     took_s: float
     forced: bool
@@ -68,9 +70,9 @@ class Heap:
         if not forced and not (since >= self.every and quiet):
             return None
         started = time.perf_counter()
-        objects = gc.get_freeze_count() + sum(gc.get_count())
+        frozen = gc.get_freeze_count()
         gc.unfreeze()
         unreachable = gc.collect()
         took = time.perf_counter() - started
         self._last = self._monotonic()
-        return FullCollection(objects, unreachable, took, forced and not quiet)
+        return FullCollection(frozen, unreachable, took, forced and not quiet)
