@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import gc
-import weakref
 from collections.abc import Iterator
 
 import pytest
 
 from duetime_dispatcher.heap import Heap
 from tests.fakes.clock import ManualClock
+from tests.fakes.cycles import garbage_cycle
 
 
 @pytest.fixture
@@ -18,21 +18,10 @@ def clock() -> Iterator[ManualClock]:
     gc.unfreeze()  # whatever a test froze goes back to the collector
 
 
-class _Node:
-    other: _Node | None = None
-
-
-def _cycle() -> weakref.ref[_Node]:
-    """A garbage cycle, known by a weak reference."""
-    a, b = _Node(), _Node()
-    a.other, b.other = b, a
-    return weakref.ref(a)
-
-
 def test_a_frozen_garbage_cycle_waits_for_the_full_pass(clock: ManualClock) -> None:
     heap = Heap(every=600, at_least_every=3600, quiet_for=1.0, monotonic=clock)
     gc.collect()
-    cycle = _cycle()
+    cycle = garbage_cycle()
     heap.freeze()
     gc.collect()  # the collections leave frozen objects alone
     assert cycle() is not None

@@ -43,6 +43,7 @@ from duetime.bus.run_headers import RoutingHeaders, routing_headers
 from duetime.bus.run_template import RunTemplate
 from duetime.bus.topics import TopicCatalog
 from duetime.capacity import WindowedRun, epoch_second, place
+from duetime.collector import collector_paused
 from duetime.errors import InvalidInput, StoreError
 from duetime.flow import TargetLimit
 from duetime.logs import event
@@ -198,12 +199,15 @@ class Planner:
             )
             self.refresh_lookahead(now=started)
             while True:
-                round_stats, full = self.plan_batch()
+                # A batch's objects all die with it: no collection inside (duetime/collector.py).
+                with collector_paused():
+                    round_stats, full = self.plan_batch()
                 stats += round_stats
                 if not full or round_stats.shards_refused or not self._still_owned():
                     break
         while True:
-            round_stats, full = self.publish_batch()
+            with collector_paused():
+                round_stats, full = self.publish_batch()
             stats += round_stats
             if not full or round_stats.runs_published == 0:
                 break

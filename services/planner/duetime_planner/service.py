@@ -28,6 +28,7 @@ from confluent_kafka import Consumer
 
 from duetime.bus.kafka import consumer_config, create_topics, make_producer
 from duetime.bus.topics import TopicCatalog
+from duetime.collector import freeze_startup
 from duetime.config import Settings, load_settings
 from duetime.coord.etcd import EtcdBackend, etcd_root, parse_endpoints
 from duetime.coord.ownership import OwnershipConfig
@@ -195,6 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         clusters=len(clusters),
         lookahead_s=args.lookahead,
     )
+    freeze_startup()  # what start-up built lives as long as the process (collector.py)
     ingest_retry_at = 0.0
     try:
         while not stop.is_set():
