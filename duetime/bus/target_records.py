@@ -54,9 +54,10 @@ def duetime_headers(
     run_id: uuid.UUID, attempt: int, fencing_token: int, scheduled_for: datetime
 ) -> list[tuple[str, str]]:
     """The idempotency and fencing headers, identical for HTTP and Kafka targets."""
+    run = str(run_id)
     return [
-        (IDEMPOTENCY_KEY, f"{run_id}:{attempt}"),
-        (RUN_ID, str(run_id)),
+        (IDEMPOTENCY_KEY, f"{run}:{attempt}"),
+        (RUN_ID, run),
         (ATTEMPT, str(attempt)),
         (FENCING_TOKEN, str(fencing_token)),
         (SCHEDULED_FOR, _formatted(scheduled_for)),
@@ -80,9 +81,18 @@ _FORMATTED: dict[datetime, str] = {}
 def kafka_headers(
     run_id: uuid.UUID, attempt: int, fencing_token: int, scheduled_for: datetime
 ) -> list[tuple[str, bytes]]:
-    """The idempotency and fencing headers as Kafka record headers (UTF-8 values)."""
-    headers = duetime_headers(run_id, attempt, fencing_token, scheduled_for)
-    return [(k, v.encode("utf-8")) for k, v in headers]
+    """The idempotency and fencing headers as Kafka record headers (UTF-8 values): the same
+    names and values as :func:`duetime_headers`, built as bytes directly (the dispatcher's fast
+    path builds one set per record it reads)."""
+    run = str(run_id).encode("ascii")
+    count = str(attempt).encode("ascii")
+    return [
+        (IDEMPOTENCY_KEY, run + b":" + count),
+        (RUN_ID, run),
+        (ATTEMPT, count),
+        (FENCING_TOKEN, str(fencing_token).encode("ascii")),
+        (SCHEDULED_FOR, _formatted(scheduled_for).encode("ascii")),
+    ]
 
 
 def topic_refusal(topic: str, reserved_prefix: str) -> str | None:

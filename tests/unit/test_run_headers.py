@@ -69,3 +69,15 @@ def test_missing_or_malformed_headers_read_as_none() -> None:
         ("duetime-due-at-ms", b"soon"),
     ):
         assert read_routing([(k, bad if k == name else v) for k, v in good]) is None
+    for name in ("duetime-run-id", "duetime-attempt", "duetime-due-at-ms", "duetime-target-kind"):
+        assert read_routing([(k, None if k == name else v) for k, v in good]) is None
+
+
+def test_a_repeated_header_counts_with_its_last_value() -> None:
+    now = datetime.now(UTC)
+    good = _as_read(routing_headers(RUN_ID, 1, now, "http", now))
+    routing = read_routing([*good, ("duetime-attempt", b"2")])
+    assert routing is not None and routing.attempt == 2
+    assert read_routing([*good, ("duetime-attempt", None)]) is None
+    # A header that is not a routing one changes nothing, whatever its value.
+    assert read_routing([("other", None), *good, ("x-trace", b"\xff")]) == read_routing(good)

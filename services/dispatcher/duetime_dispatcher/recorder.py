@@ -2,7 +2,7 @@
 
 When the job's topic acknowledged an emitted record, the run has succeeded; what is left is
 bookkeeping: the run row goes to ``succeeded`` with its ``run_attempts`` row (``runs_emitted`` in
-``duetime/store/sql/dispatcher.sql``, one statement per batch), and a ``RunResult`` goes onto
+``duetime/store/sql/dispatcher.sql``, one statement per batch), and a RunResult record goes onto
 ``runs.results`` for downstream readers, as a worker would publish it. Completions are buffered
 and written every ``interval`` on one database thread (the store is synchronous), so no
 transaction sits between the due instant and the target.
@@ -32,8 +32,8 @@ from typing import Generic, Protocol, TypeVar
 from confluent_kafka import Producer
 
 from duetime.bus.records import RUN_RESULTS
+from duetime.bus.result_encoding import ResultTemplate
 from duetime.errors import StoreError
-from duetime.events import RunResult
 from duetime.flow import TargetLimit
 from duetime.logs import event as log_event
 from duetime.store.flow import GrantRequest
@@ -132,6 +132,10 @@ class EmittedRecorder(Generic[T]):
         # which the dispatcher calls once its releases pause (see there).
         self._results_due: list[_Done[T]] = []
         self._db = ThreadPoolExecutor(1, thread_name_prefix="dispatcher-db")
+        # Every result it announces: this worker, outcome and state succeeded (RunResult's
+        # bytes, written directly: duetime/bus/result_encoding.py).
+        self._succeeded = ResultTemplate(worker=worker_id, outcome="succeeded", state="succeeded")
+        self._headers = RUN_RESULTS.headers()
         self.recorded = 0
         self.already_handled = 0
         self.write_failures = 0
@@ -234,26 +238,21 @@ class EmittedRecorder(Generic[T]):
 
     def _publish_result(self, done: _Done[T]) -> None:
         run = done.emission.run
-        result = RunResult(
-            run_id=run.run_id,
-            job_id=run.job_id,
-            tenant=run.tenant,
-            target_service=run.target_service,
-            scheduled_for=run.scheduled_for,
-            attempt=run.attempt,
-            worker=self.worker_id,
-            outcome="succeeded",
-            state="succeeded",
-            started_at=done.release.taken_at,
-            finished_at=done.finished_at,
+        run_id = str(run.run_id)
+        value = self._succeeded.encode(
+            run_id,
+            run.job_id,
+            run.tenant,
+            run.target_service,
+            run.scheduled_for,
+            run.attempt,
+            done.release.taken_at,
+            done.finished_at,
         )
-        key = str(run.run_id).encode("ascii")
-        value = RUN_RESULTS.encode(result)
+        key = run_id.encode("ascii")
         while True:
             try:
-                self._results.produce(
-                    self._results_topic, value, key, headers=RUN_RESULTS.headers()
-                )
+                self._results.produce(self._results_topic, value, key, headers=self._headers)
                 return
             except BufferError:
                 self._results.poll(0.05)

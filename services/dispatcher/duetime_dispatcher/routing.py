@@ -75,6 +75,25 @@ class Routed:
     def key(self) -> RunKey:
         return (self.ready_key, self.attempt)
 
+    def with_emission(self, emission: Emission) -> Routed:
+        """This record with its fast-path emission (``dataclasses.replace`` does the same at
+        twice the cost, and the intake does it for every Kafka-target record)."""
+        return Routed(
+            self.run_id,
+            self.attempt,
+            self.due_at,
+            self.target_kind,
+            self.value,
+            self.headers,
+            self.ready_key,
+            self.sent_at_ms,
+            self.run,
+            emission,
+            self.target_service,
+            self.tenant,
+            self.catch_up,
+        )
+
 
 def route_record(value: bytes | None, headers: Headers) -> Routed:
     """Route a due record from its headers, or from its decoded value when they are missing.

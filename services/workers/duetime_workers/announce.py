@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from duetime.bus.records import RUN_HEARTBEATS, RUN_RESULTS
+from duetime.bus.result_encoding import encode_result
 from duetime.bus.topics import TopicCatalog
 from duetime.events import RunHeartbeat, RunResult
 
@@ -30,6 +31,6 @@ class BusEvents:
         self._producer.publish(
             self._catalog.results,
             str(result.run_id).encode("ascii"),
-            RUN_RESULTS.encode(result),
+            encode_result(result),
             RUN_RESULTS.headers(),
         )
