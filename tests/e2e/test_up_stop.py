@@ -31,6 +31,7 @@ from duetime.config import read_env_file
 from duetime.lifetime import parent_death_preexec
 from duetime_infra import EmbeddedStack
 from duetime_infra.processes import child_record, children_of
+from tests.fixtures.terminal import as_from_a_terminal
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e")]
 
@@ -99,8 +100,8 @@ class Up:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                # If the test session dies, up gets SIGTERM and stops all it started.
-                preexec_fn=parent_death_preexec(signal.SIGTERM),
+                # A terminal's SIGINT (the tests send it), SIGTERM if the test session dies.
+                preexec_fn=as_from_a_terminal(),
             )
         self.seen: set[int] = set()
 
