@@ -16,6 +16,7 @@ Pure: no driver.
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from datetime import UTC, datetime
@@ -95,10 +96,12 @@ def kafka_headers(
     ]
 
 
+@functools.lru_cache(maxsize=4096)
 def topic_refusal(topic: str, reserved_prefix: str) -> str | None:
     """Why ``topic`` may not be a job's target in a deployment whose topics are under
     ``reserved_prefix``, or None if it may. What the worker and the dispatcher's fast path check
-    before they produce, behind the validation's ``reserved_topic``."""
+    before they produce, behind the validation's ``reserved_topic``. Remembered per (topic,
+    prefix): they check every run, and a job's runs all name the same topic."""
     if not reserved_prefix:
         return reserved_topic(topic)
     why = _not_a_user_topic(topic)

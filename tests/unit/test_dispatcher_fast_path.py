@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -64,6 +64,26 @@ def test_a_kafka_target_is_planned_before_its_due_instant() -> None:
         "X-Duetime-Scheduled-For": b"2026-12-02T00:00:00Z",
     }
     assert emission.run == run
+
+
+def test_with_emission_keeps_every_other_field_of_the_record() -> None:
+    """``Routed.with_emission`` copies the fields by position: a field it forgot would be lost."""
+    run = run_event(KafkaTarget(topic="orders", key=None, value="x"))
+    planned, _ = plan_emission(routed(run), "duetime.")
+    assert planned.emission is not None
+    defaults = {f.name: f.default for f in fields(Routed) if f.name != "emission"}
+    # Every field set to something other than its default, so a dropped one shows.
+    full = replace(
+        planned,
+        emission=None,
+        sent_at_ms=7,
+        run=run,
+        target_service="kafka:orders",
+        tenant="acme",
+        catch_up=True,
+    )
+    assert all(getattr(full, name) != default for name, default in defaults.items())
+    assert full.with_emission(planned.emission) == replace(full, emission=planned.emission)
 
 
 def test_a_later_attempt_on_the_fast_path_is_fenced_above_the_earlier_ones() -> None:

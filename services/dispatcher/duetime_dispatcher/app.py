@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import socket
@@ -53,6 +52,7 @@ from duetime.bus.kafka import producer_config
 from duetime.bus.run_headers import epoch_ms
 from duetime.bus.run_template import RunDecoder
 from duetime.bus.topics import TopicCatalog
+from duetime.collector import collector_paused
 from duetime.config import Settings
 from duetime.errors import CodecError, StoreError
 from duetime.logs import event as log_event
@@ -448,13 +448,8 @@ class Dispatcher:
         collection over everything held (millions of objects at 100k held runs) would pause the
         release itself, at the due instant, for 100 ms or more. The round makes no cycles; the
         collector catches up after it."""
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with collector_paused():
             return await self._release_due()
-        finally:
-            if collecting:
-                gc.enable()
 
     async def _release_due(self) -> int:
         holding, publisher = self.holding, self.publisher

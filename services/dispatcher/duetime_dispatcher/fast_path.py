@@ -68,7 +68,7 @@ def plan_emission(
         return routed, "the routing headers say kafka, the value does not"
     if (run.run_id, run.attempt) != (routed.run_id, routed.attempt):
         return routed, "the routing headers and the value name different runs"
-    refusal = _topic_refusal(target.topic, reserved_prefix)
+    refusal = topic_refusal(target.topic, reserved_prefix)
     if refusal is not None:
         return routed, refusal
     emission = Emission(
@@ -81,18 +81,3 @@ def plan_emission(
         run=run,
     )
     return routed.with_emission(emission), None
-
-
-#: topic_refusal's answers per (topic, prefix): a job's runs all name the same topic.
-_REFUSALS: dict[tuple[str, str], str | None] = {}
-
-
-def _topic_refusal(topic: str, reserved_prefix: str) -> str | None:
-    key = (topic, reserved_prefix)
-    try:
-        return _REFUSALS[key]
-    except KeyError:
-        if len(_REFUSALS) >= 4096:
-            _REFUSALS.clear()
-        refusal = _REFUSALS[key] = topic_refusal(topic, reserved_prefix)
-        return refusal
