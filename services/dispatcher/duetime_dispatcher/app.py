@@ -431,8 +431,11 @@ class Dispatcher:
                 wake.clear()
                 delay = self._sleep_for(now)
                 if delay > 0:
+                    # asyncio.timeout, not wait_for: no task per sleep, and no cancellation
+                    # swallowed when a wake-up lands in the same step (Python 3.11).
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(wake.wait(), delay)
+                        async with asyncio.timeout(delay):
+                            await wake.wait()
         except asyncio.CancelledError:
             raise
         except Exception as exc:

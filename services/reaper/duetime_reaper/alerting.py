@@ -97,14 +97,25 @@ class Alerting:
             if self._on_stop is not None:
                 self._on_stop()
 
+    def _stopped(self) -> bool:
+        return self._stopping is not None and self._stopping.is_set()
+
     async def _pause(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less if the stop comes first.
+
+        ``asyncio.timeout``, not ``asyncio.wait_for``: on Python 3.11 ``wait_for`` returns
+        normally when its inner wait completes in the same step as a cancellation (the stop
+        sets the event and cancels the loops together), swallowing the cancellation. The loops
+        then spun at the stop, checking the conditions back to back until the thread was
+        abandoned. Both loops also test the stop themselves."""
         assert self._stopping is not None
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self._stopping.wait()
 
     async def _send_loop(self) -> None:
         pruned_at: datetime | None = None
-        while True:
+        while not self._stopped():
             now = self.clock()
             try:
                 if pruned_at is None or now - pruned_at >= _PRUNE_INTERVAL:
@@ -123,7 +134,7 @@ class Alerting:
     async def _check_loop(self) -> None:
         assert self.checks is not None
         checks = self.checks
-        while True:
+        while not self._stopped():
             try:
                 await asyncio.to_thread(checks.run_once, self.clock())
             except DuetimeError as exc:

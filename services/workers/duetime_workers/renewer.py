@@ -132,8 +132,11 @@ class LeaseRenewer:
             self._wake.clear()
             wait = self._until_next(self._monotonic())
             if wait > 0:
+                # asyncio.timeout: wait_for can swallow a cancellation that lands in the step
+                # its wait completes (Python 3.11), and stop() would then wait forever.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), wait)
+                    async with asyncio.timeout(wait):
+                        await self._wake.wait()
                 continue
             await self.run_once()
 
