@@ -21,6 +21,7 @@ from sqlalchemy import Connection
 
 from duetime.fencing import claimed_token
 
+from .arrays import instants, numbers, uuids
 from .queries import query
 
 __all__ = [
@@ -182,13 +183,13 @@ def _claim(
         query("runs_claim_batch"),
         {
             "worker": worker,
-            "run_ids": [r.run_id for r in requests],
-            "scheduled_fors": [r.scheduled_for for r in requests],
-            "attempts": [r.attempt for r in requests],
-            "lease_tokens": [r.lease_token for r in requests],
-            "lease_ms": [int(r.lease / _MS) for r in requests],
-            "released_ats": [r.released_at for r in requests],
-            "throttled_ms": [r.throttled_ms for r in requests],
+            "run_ids": uuids(r.run_id for r in requests),
+            "scheduled_fors": instants(r.scheduled_for for r in requests),
+            "attempts": numbers(r.attempt for r in requests),
+            "lease_tokens": uuids(r.lease_token for r in requests),
+            "lease_ms": numbers(int(r.lease / _MS) for r in requests),
+            "released_ats": instants(r.released_at for r in requests),
+            "throttled_ms": numbers(r.throttled_ms for r in requests),
         },
     ).all()
     return {
@@ -206,10 +207,10 @@ def renew_batch(conn: Connection, renewals: Sequence[LeaseRenewal]) -> dict[uuid
     rows = conn.execute(
         query("runs_renew_batch"),
         {
-            "run_ids": [r.run_id for r in renewals],
-            "scheduled_fors": [r.scheduled_for for r in renewals],
-            "lease_tokens": [r.lease_token for r in renewals],
-            "lease_ms": [int(r.lease / _MS) for r in renewals],
+            "run_ids": uuids(r.run_id for r in renewals),
+            "scheduled_fors": instants(r.scheduled_for for r in renewals),
+            "lease_tokens": uuids(r.lease_token for r in renewals),
+            "lease_ms": numbers(int(r.lease / _MS) for r in renewals),
         },
     ).all()
     return {row.lease_token: row.lease_expires_at for row in rows}
@@ -223,16 +224,17 @@ def complete_batch(conn: Connection, worker: str, ends: Sequence[AttemptEnd]) ->
         query("runs_complete_batch"),
         {
             "worker": worker,
-            "run_ids": [e.run_id for e in ends],
-            "scheduled_fors": [e.scheduled_for for e in ends],
-            "attempts": [e.attempt for e in ends],
-            "lease_tokens": [e.lease_token for e in ends],
+            "run_ids": uuids(e.run_id for e in ends),
+            "scheduled_fors": instants(e.scheduled_for for e in ends),
+            "attempts": numbers(e.attempt for e in ends),
+            "lease_tokens": uuids(e.lease_token for e in ends),
+            # Text columns stay lists: the driver quotes them (an error may hold anything).
             "states": [e.state for e in ends],
             "outcomes": [e.outcome for e in ends],
             "errors": [e.error for e in ends],
-            "status_codes": [e.status_code for e in ends],
-            "retry_delay_ms": [e.retry_delay / _MS for e in ends],
-            "lease_ms": [int(e.lease / _MS) for e in ends],
+            "status_codes": numbers(e.status_code for e in ends),
+            "retry_delay_ms": numbers(e.retry_delay / _MS for e in ends),
+            "lease_ms": numbers(int(e.lease / _MS) for e in ends),
         },
     ).all()
     return {row.lease_token for row in rows}

@@ -7,7 +7,7 @@ can do "scan, insert runs, advance jobs" atomically. Standalone helpers open the
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -21,6 +21,7 @@ from duetime.errors import DataRefused, StoreError
 from duetime.flow import TargetLimit
 
 from . import flow
+from .arrays import array
 from .attempts import (
     AttemptEnd,
     Claim,
@@ -556,12 +557,12 @@ class Store:
                 "runs_emitted",
                 {
                     "worker": worker,
-                    "run_ids": _array(str(e[0]) for e in emitted),
-                    "scheduled_fors": _array(e[1].isoformat() for e in emitted),
-                    "attempts": _array(str(e[2]) for e in emitted),
-                    "started_ats": _array(e[3].isoformat() for e in emitted),
-                    "finished_ats": _array(e[4].isoformat() for e in emitted),
-                    "throttled_ms": _array(str(e[5]) for e in emitted),
+                    "run_ids": array(str(e[0]) for e in emitted),
+                    "scheduled_fors": array(e[1].isoformat() for e in emitted),
+                    "attempts": array(str(e[2]) for e in emitted),
+                    "started_ats": array(e[3].isoformat() for e in emitted),
+                    "finished_ats": array(e[4].isoformat() for e in emitted),
+                    "throttled_ms": array(str(e[5]) for e in emitted),
                 },
             )
         return {(row.run_id, row.attempt) for row in rows}
@@ -578,8 +579,3 @@ def _first_line(exc: SQLAlchemyError) -> str:
     they hold the data being refused)."""
     orig = getattr(exc, "orig", None)
     return (str(orig) if orig is not None else str(exc)).strip().splitlines()[0]
-
-
-def _array(elements: Iterable[str]) -> str:
-    """A PostgreSQL array literal of elements that need no quoting (uuids, instants, integers)."""
-    return "{" + ",".join(elements) + "}"

@@ -1,0 +1,35 @@
+"""PostgreSQL array literals for batch statements, built with one ``join``.
+
+A batch statement passes each column as an array (``unnest(CAST(:run_ids AS uuid[]), ...)``).
+Given a Python list, the driver adapts it element by element in Python (several microseconds a
+row for a handful of columns), under the GIL the caller's event loop or intake needs. A literal
+built here is a fraction of that. Only for elements that never need quoting: uuids, ISO-8601
+instants, integers and floats. Text columns stay lists (the driver quotes them).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from datetime import datetime
+
+__all__ = ["array", "instants", "numbers", "uuids"]
+
+
+def array(elements: Iterable[str]) -> str:
+    """The literal of elements that need no quoting (None is not allowed here)."""
+    return "{" + ",".join(elements) + "}"
+
+
+def uuids(values: Iterable[uuid.UUID]) -> str:
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def instants(values: Iterable[datetime | None]) -> str:
+    """Aware datetimes (``isoformat`` keeps the offset); None becomes NULL."""
+    return "{" + ",".join("NULL" if v is None else v.isoformat() for v in values) + "}"
+
+
+def numbers(values: Iterable[int | float | None]) -> str:
+    """Integers or finite floats; None becomes NULL."""
+    return "{" + ",".join("NULL" if v is None else repr(v) for v in values) + "}"
