@@ -76,3 +76,50 @@ async def test_a_request_whose_caller_stopped_waiting_is_not_sent(calls: Blockin
     finally:
         flush.release.set()
         await batcher.stop()
+
+
+class HangOn:
+    """Doubles its requests; a statement holding ``stuck`` blocks until ``release`` is set."""
+
+    def __init__(self, stuck: int) -> None:
+        self.stuck = stuck
+        self.release = threading.Event()
+
+    def __call__(self, requests: Sequence[int]) -> list[int]:
+        if self.stuck in requests:
+            self.release.wait()
+        return [r * 2 for r in requests]
+
+
+async def test_each_bounded_wait_ends_at_its_own_deadline(calls: BlockingCalls) -> None:
+    flush = HangOn(stuck=7)
+    # Two statements at once: the one holding 7 hangs, the other answers.
+    batcher: StatementBatcher[int, int] = StatementBatcher(flush, calls, timeout=10.0, parallel=2)
+    batcher.start()
+    try:
+        late = asyncio.create_task(batcher.submit(7, within=0.3))
+        await asyncio.sleep(0.05)  # 7's statement is in flight
+        # Answered before its (earlier) deadline: it must not take the hung one's timer away.
+        assert await batcher.submit(1, within=0.1) == 2
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await late
+        assert time.monotonic() - started < 1.0
+    finally:
+        flush.release.set()
+        await batcher.stop()
+
+
+async def test_answered_bounded_waits_leave_no_timer_behind(calls: BlockingCalls) -> None:
+    batcher: StatementBatcher[int, int] = StatementBatcher(
+        lambda requests: [r * 2 for r in requests], calls, timeout=10.0
+    )
+    batcher.start()
+    try:
+        results = await asyncio.gather(*(batcher.submit(i, within=0.05) for i in range(500)))
+        assert results == [i * 2 for i in range(500)]
+        await asyncio.sleep(0.2)  # past every deadline: the timer came round once and stopped
+        assert batcher._deadlines == []
+        assert batcher._expiry is None
+    finally:
+        await batcher.stop()

@@ -13,12 +13,20 @@ A caller may bound its own wait (``submit(request, within=...)``: a completion m
 its lease). It then gets ``TimeoutError`` when that time is up, its request is dropped from the
 batch if it has not gone out yet, and a statement carrying only bounded requests is given no
 longer than the longest of their waits: nobody is left to hear its answer after that.
+
+The bounded waits share one timer: their deadlines go on a heap, and a single loop callback,
+set for the earliest deadline still awaited, fails what is due with ``TimeoutError``. (One
+``asyncio.wait_for`` per request cost a timer, a waiter future and callbacks for every
+completion of every run.) Most requests are answered long before their deadline; the callback
+drops those from the heap when it comes round, so it fires about once per wait, not per request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
@@ -60,6 +68,10 @@ class StatementBatcher(Generic[Req, Res]):
         self._pending: list[tuple[Req, asyncio.Future[Res], float]] = []
         self._ready: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        # The bounded waits: (deadline, tie-breaker, future), earliest first; one timer for all.
+        self._deadlines: list[tuple[float, int, asyncio.Future[Res]]] = []
+        self._order = itertools.count()
+        self._expiry: asyncio.TimerHandle | None = None
         self.statements = 0  # how many statements were sent (tests and stats read it)
 
     def start(self) -> None:
@@ -67,6 +79,10 @@ class StatementBatcher(Generic[Req, Res]):
         self._tasks = [asyncio.create_task(self._serve()) for _ in range(self._parallel)]
 
     async def stop(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+        self._deadlines.clear()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -93,11 +109,32 @@ class StatementBatcher(Generic[Req, Res]):
             self._pending.append((request, future, math.inf))
             self._ready.set()
             return await future
-        wait = max(min(within, self._timeout), 0.001)
-        self._pending.append((request, future, loop.time() + wait))
+        deadline = loop.time() + max(min(within, self._timeout), 0.001)
+        self._pending.append((request, future, deadline))
         self._ready.set()
-        # On timeout wait_for cancels the future: _serve skips it, or drops its result.
-        return await asyncio.wait_for(future, wait)
+        # When the deadline passes first, _expire fails the future: _serve then skips the
+        # request, or drops its result.
+        heapq.heappush(self._deadlines, (deadline, next(self._order), future))
+        if self._expiry is None or deadline < self._expiry.when():
+            self._arm(loop, deadline)
+        return await future
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+        self._expiry = loop.call_at(when, self._expire, loop)
+
+    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Fail the bounded waits whose deadline has passed; re-arm for the next one."""
+        self._expiry = None
+        now = loop.time()
+        deadlines = self._deadlines
+        while deadlines and (deadlines[0][0] <= now or deadlines[0][2].done()):
+            future = heapq.heappop(deadlines)[2]
+            if not future.done():
+                future.set_exception(TimeoutError())
+        if deadlines:
+            self._arm(loop, deadlines[0][0])
 
     async def _serve(self) -> None:
         assert self._ready is not None
