@@ -22,9 +22,39 @@ from duetime.model import JobDefinition
 from duetime.store.clusters import ClusterStores
 from duetime.store.jobs import JobWrite, jobs_apply_clusters
 
-__all__ = ["DemoTarget", "demo_jobs", "demo_jobs_apply"]
+__all__ = ["DemoTarget", "PipelineJoined", "demo_jobs", "demo_jobs_apply"]
 
 _SLOW_ANSWER = 3.0  # seconds ``/slow`` takes to answer
+#: What a service prints once it consumes: the dispatcher once it has joined its group, a
+#: worker process once it is given partitions of runs.ready.
+_CONSUMING = {"dispatcher": "dispatcher.started", "worker": "consumer.assigned"}
+
+
+class PipelineJoined:
+    """Tells from the services' output when a dispatcher and a worker consume.
+
+    ``duetime up --demo`` applies the demo jobs only then: their first runs are due at once,
+    and runs due while the consumers were still joining their groups (a few seconds after
+    start) were released that late, which fired the release-lateness alert in the demo's
+    first minute. ``observe`` is the supervisor's ``on_line`` (called on its reading threads).
+    """
+
+    def __init__(self) -> None:
+        self.ready = threading.Event()
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def observe(self, service: str, line: str) -> None:
+        if self.ready.is_set():
+            return
+        kind = service.split("-", 1)[0]  # "dispatcher-1" is a dispatcher too
+        marker = _CONSUMING.get(kind)
+        if marker is None or marker not in line:
+            return
+        with self._lock:
+            self._seen.add(kind)
+            if self._seen == _CONSUMING.keys():
+                self.ready.set()
 
 
 class DemoTarget:

@@ -58,16 +58,20 @@ class Supervisor:
         out: IO[str] | None = None,
         max_restarts: int = 5,
         on_started: Callable[[ServiceSpec], None] | None = None,
+        on_line: Callable[[str, str], None] | None = None,
     ) -> None:
         """Args:
         out: where the prefixed lines go (default stdout).
         max_restarts: restarts in a row before a service that keeps dying is given up.
         on_started: called after each start or restart of a service (to record its pid).
+        on_line: called with (service name, line) for every line a service prints, on the
+            thread reading that service's output (to notice a service's progress).
         """
         self.out = out or sys.stdout
         self.max_restarts = max_restarts
         self.services: list[ServiceSpec] = []
         self._on_started = on_started
+        self._on_line = on_line
         self._lock = threading.Lock()
         self._stopping = False
         self._width = 10
@@ -119,7 +123,10 @@ class Supervisor:
     def _pump(self, spec: ServiceSpec, process: subprocess.Popen[bytes]) -> None:
         assert process.stdout is not None
         for raw in iter(process.stdout.readline, b""):
-            self.say(spec.name, raw.decode("utf-8", "replace").rstrip())
+            line = raw.decode("utf-8", "replace").rstrip()
+            self.say(spec.name, line)
+            if self._on_line is not None:
+                self._on_line(spec.name, line)
 
     def check(self) -> list[str]:
         """Report services that exited and restart them after a back-off; never blocks.

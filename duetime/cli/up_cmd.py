@@ -29,7 +29,7 @@ from duetime_infra import EmbeddedStack, StackUrls
 from duetime_infra.ports import LOOPBACK, port_is_free
 from duetime_infra.processes import child_record
 
-from .demo import DemoTarget, demo_jobs_apply
+from .demo import DemoTarget, PipelineJoined, demo_jobs_apply
 from .stack_cmd import add_pg_clusters_option
 from .supervisor import STOP_GRACE, Supervisor
 from .topic_secret import ensure_topic_secret
@@ -48,6 +48,8 @@ DEFAULT_METRICS_BASE = 9470
 _API_READY_TIMEOUT = 60.0
 # How often the main loop looks for a stop request and for services that died.
 _POLL_INTERVAL = 0.2
+# How long up --demo waits for a dispatcher and a worker to consume before applying the jobs.
+_DEMO_JOIN_TIMEOUT = 60.0
 
 
 def register(sub: Any) -> None:
@@ -98,7 +100,10 @@ def _run(args: argparse.Namespace) -> int:
     demo: DemoTarget | None = None
     clusters: ClusterStores | None = None
     # The callback reads claim and owns_stack when a service starts, after they are set below.
-    sup = Supervisor(on_started=lambda _spec: _record(claim, owns_stack, sup))
+    joined = PipelineJoined()
+    sup = Supervisor(
+        on_started=lambda _spec: _record(claim, owns_stack, sup), on_line=joined.observe
+    )
     try:
         claim = UpClaim.acquire(data_dir)
         if claim.previous is not None:
@@ -117,6 +122,8 @@ def _run(args: argparse.Namespace) -> int:
         signals.raise_if_requested()
         demo, clusters, api = _start_services(args, sup, data_dir, urls)
         _say_sign_in_link(sup, api, clusters.home, signals)
+        if demo is not None:
+            _apply_demo(sup, clusters, demo.port, joined, signals)
         sup.say("duetime", "up.ready (Ctrl-C stops everything)")
         last_summary = time.monotonic()
         while True:
@@ -155,8 +162,8 @@ def _run(args: argparse.Namespace) -> int:
 def _start_services(
     args: argparse.Namespace, sup: Supervisor, data_dir: Path, urls: StackUrls
 ) -> tuple[DemoTarget | None, ClusterStores, ApiAccess]:
-    """Start the demo target (if asked), the services, and apply the demo jobs, each to its
-    shard's cluster of the stack's shard map (``--pg-clusters``, or an external map)."""
+    """Start the demo target (if asked) and the services; the stores of the stack's shard map
+    (``--pg-clusters``, or an external map)."""
     env = {
         **os.environ,
         "DUETIME_DATA_DIR": str(data_dir),
@@ -194,10 +201,28 @@ def _start_services(
     sup.start_all()
     sup.say("duetime", f"api.url url={api.url} admin_token_file={api.file}")
     clusters = ClusterStores(urls.clusters(), pool_size=1, application_name="duetime-up")
-    if demo is not None:
-        for w in demo_jobs_apply(clusters, demo.port):
-            sup.say("duetime", f"demo.job_applied job_id={w.job_id} action={w.action}")
     return demo, clusters, api
+
+
+def _apply_demo(
+    sup: Supervisor,
+    clusters: ClusterStores,
+    port: int,
+    joined: PipelineJoined,
+    signals: _StopSignals,
+) -> None:
+    """Apply the demo jobs, each to its shard's cluster, once a dispatcher and a worker
+    consume (``PipelineJoined``), or after ``_DEMO_JOIN_TIMEOUT`` s anyway; a stop asked for
+    meanwhile is honoured at once."""
+    deadline = time.monotonic() + _DEMO_JOIN_TIMEOUT
+    while not joined.ready.wait(_POLL_INTERVAL):
+        signals.raise_if_requested()
+        sup.check()
+        if time.monotonic() >= deadline:
+            sup.say("duetime", f"demo.consumers_not_seen waited_s={_DEMO_JOIN_TIMEOUT:g}")
+            break
+    for w in demo_jobs_apply(clusters, port):
+        sup.say("duetime", f"demo.job_applied job_id={w.job_id} action={w.action}")
 
 
 def _say_sign_in_link(sup: Supervisor, api: ApiAccess, store: Store, signals: _StopSignals) -> None:

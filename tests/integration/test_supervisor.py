@@ -85,3 +85,17 @@ def test_a_closed_pipe_does_not_stop_the_supervisor() -> None:
     assert sup.services[0].process.returncode is not None
     with contextlib.suppress(BrokenPipeError):
         out.close()
+
+
+def test_every_line_a_service_prints_reaches_on_line_with_its_name() -> None:
+    out = io.StringIO()
+    seen: list[tuple[str, str]] = []
+    sup = Supervisor(out=out, on_line=lambda name, line: seen.append((name, line)))
+    sup.add("talks", [sys.executable, "-c", "print('one'); print('two')"], dict(os.environ))
+    sup.start_all()
+    try:
+        _wait(lambda: len(seen) >= 2, 10.0)
+        assert seen == [("talks", "one"), ("talks", "two")]
+        assert "| one" in out.getvalue()  # still printed, prefixed
+    finally:
+        sup.stop_all(grace=1.0)
