@@ -13,12 +13,7 @@ import uuid
 from collections.abc import Iterable
 from datetime import datetime
 
-__all__ = ["array", "instants", "numbers", "uuids"]
-
-
-def array(elements: Iterable[str]) -> str:
-    """The literal of elements that need no quoting (None is not allowed here)."""
-    return "{" + ",".join(elements) + "}"
+__all__ = ["instants", "numbers", "uuids"]
 
 
 def uuids(values: Iterable[uuid.UUID]) -> str:

@@ -21,7 +21,7 @@ from duetime.errors import DataRefused, StoreError
 from duetime.flow import TargetLimit
 
 from . import flow
-from .arrays import array
+from .arrays import instants, numbers, uuids
 from .attempts import (
     AttemptEnd,
     Claim,
@@ -548,21 +548,19 @@ class Store:
         had already been handled (a worker, or this same record earlier) and are left alone."""
         if not emitted:
             return set()
-        # Array literals, not lists: the driver adapts a list element by element in Python, on
-        # the dispatcher's database thread but under the GIL its intake needs (~13 us a row for
-        # six lists); a joined literal is a fraction of that. Every element here is a uuid, an
-        # ISO-8601 instant or an integer: nothing that needs quoting in an array literal.
+        # Array literals, not lists (duetime/store/arrays.py): the driver would adapt the lists
+        # element by element, under the GIL the dispatcher's intake needs.
         with self.tx() as tx:
             rows = tx._rows(
                 "runs_emitted",
                 {
                     "worker": worker,
-                    "run_ids": array(str(e[0]) for e in emitted),
-                    "scheduled_fors": array(e[1].isoformat() for e in emitted),
-                    "attempts": array(str(e[2]) for e in emitted),
-                    "started_ats": array(e[3].isoformat() for e in emitted),
-                    "finished_ats": array(e[4].isoformat() for e in emitted),
-                    "throttled_ms": array(str(e[5]) for e in emitted),
+                    "run_ids": uuids(e[0] for e in emitted),
+                    "scheduled_fors": instants(e[1] for e in emitted),
+                    "attempts": numbers(e[2] for e in emitted),
+                    "started_ats": instants(e[3] for e in emitted),
+                    "finished_ats": instants(e[4] for e in emitted),
+                    "throttled_ms": numbers(e[5] for e in emitted),
                 },
             )
         return {(row.run_id, row.attempt) for row in rows}

@@ -33,7 +33,6 @@ the dispatcher emits the job's own record onto the job's topic, and a third coro
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -48,6 +47,7 @@ from confluent_kafka import Message, Producer
 from faust.app.base import BootStrategy
 from prometheus_client import CollectorRegistry
 
+from duetime.aio import wait_event
 from duetime.bus.kafka import producer_config
 from duetime.bus.run_headers import epoch_ms
 from duetime.bus.run_template import RunDecoder
@@ -431,11 +431,7 @@ class Dispatcher:
                 wake.clear()
                 delay = self._sleep_for(now)
                 if delay > 0:
-                    # asyncio.timeout, not wait_for: no task per sleep, and no cancellation
-                    # swallowed when a wake-up lands in the same step (Python 3.11).
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(delay):
-                            await wake.wait()
+                    await wait_event(wake, delay)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -10,12 +10,12 @@ in flight.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
+from duetime.aio import wait_event
 from duetime.bus.lag import ConsumerLagProbe
 from duetime.bus.topics import TopicCatalog
 from duetime.config import Settings
@@ -101,17 +101,10 @@ class Alerting:
         return self._stopping is not None and self._stopping.is_set()
 
     async def _pause(self, seconds: float) -> None:
-        """Sleep ``seconds``, or less if the stop comes first.
-
-        ``asyncio.timeout``, not ``asyncio.wait_for``: on Python 3.11 ``wait_for`` returns
-        normally when its inner wait completes in the same step as a cancellation (the stop
-        sets the event and cancels the loops together), swallowing the cancellation. The loops
-        then spun at the stop, checking the conditions back to back until the thread was
-        abandoned. Both loops also test the stop themselves."""
+        """Sleep ``seconds``, or less if the stop comes first (``wait_event``: a stop that
+        also cancels the loops is not swallowed; both loops test the stop themselves too)."""
         assert self._stopping is not None
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._stopping.wait()
+        await wait_event(self._stopping, seconds)
 
     async def _send_loop(self) -> None:
         pruned_at: datetime | None = None

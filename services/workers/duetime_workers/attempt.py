@@ -43,7 +43,6 @@ The ``AttemptReport`` says what happened and whether the Kafka offset may be com
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -52,6 +51,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from duetime.aio import wait_event
 from duetime.errors import StoreError
 from duetime.events import RunHeartbeat, RunResult
 from duetime.model import RunEvent
@@ -279,8 +279,7 @@ class AttemptRunner:
             if self._monotonic() + pause > give_up_at:
                 event("run.claim_failed", logging.ERROR, **ctx)
                 return AttemptReport("claim_failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), pause)
+            await wait_event(self._stopping, pause)
             pause = min(pause * 2, _CLAIM_RETRY_MAX)
 
     # execute ------------------------------------------------------------------------------

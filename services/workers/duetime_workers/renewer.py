@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from duetime.aio import wait_event
 from duetime.events import RunHeartbeat
 from duetime.model import RunEvent
 from duetime.store import Claim, LeaseRenewal
@@ -132,11 +133,7 @@ class LeaseRenewer:
             self._wake.clear()
             wait = self._until_next(self._monotonic())
             if wait > 0:
-                # asyncio.timeout: wait_for can swallow a cancellation that lands in the step
-                # its wait completes (Python 3.11), and stop() would then wait forever.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(wait):
-                        await self._wake.wait()
+                await wait_event(self._wake, wait)
                 continue
             await self.run_once()
 
