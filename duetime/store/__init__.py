@@ -1,12 +1,22 @@
 """PostgreSQL: migrations, named queries, the store."""
 
-from .attempts import AttemptEnd, Claim, ClaimRequest, LeaseRenewal
+from .attempts import (
+    DEFERRED,
+    AttemptEnd,
+    Claim,
+    ClaimDeferred,
+    ClaimRequest,
+    LeaseRenewal,
+    Unclaim,
+)
 from .migrate import apply_migrations
 from .store import Ledger, NewRun, OccurrenceGap, ShardFence, ShardOwnerRow, Store, Tx
 
 __all__ = [
+    "DEFERRED",
     "AttemptEnd",
     "Claim",
+    "ClaimDeferred",
     "ClaimRequest",
     "LeaseRenewal",
     "Ledger",
@@ -16,5 +26,6 @@ __all__ = [
     "ShardOwnerRow",
     "Store",
     "Tx",
+    "Unclaim",
     "apply_migrations",
 ]

@@ -25,13 +25,17 @@ from .arrays import instants, numbers, uuids
 from .queries import query
 
 __all__ = [
+    "DEFERRED",
     "AttemptEnd",
     "Claim",
+    "ClaimDeferred",
     "ClaimRequest",
     "LeaseRenewal",
+    "Unclaim",
     "claim_batch",
     "complete_batch",
     "renew_batch",
+    "unclaim_batch",
 ]
 
 _MS = timedelta(milliseconds=1)
@@ -74,6 +78,29 @@ class ClaimRequest:
     throttled_ms: int | None = None
     # The run's job, for its overlap policy; None: claim without looking (tools, tests).
     job_id: str | None = None
+    # Claimed ahead of its due instant (docs/claim-ahead.md): its lease counts from the due
+    # instant, and a run of a job with an overlap policy is not claimed (DEFERRED) because
+    # whether its job is busy can only be decided at the due instant.
+    ahead: bool = False
+
+
+@dataclass(frozen=True)
+class ClaimDeferred:
+    """A claim ahead that was not made: claim the run again at its due instant."""
+
+
+#: The one ``ClaimDeferred``.
+DEFERRED = ClaimDeferred()
+
+
+@dataclass(frozen=True)
+class Unclaim:
+    """Give back ``attempt`` of a run claimed ahead that never started (``unclaim_batch``)."""
+
+    run_id: uuid.UUID
+    scheduled_for: datetime
+    attempt: int
+    lease_token: uuid.UUID
 
 
 @dataclass(frozen=True)
@@ -112,11 +139,12 @@ OVERLAP_WAIT = timedelta(seconds=1)
 
 def claim_batch(
     conn: Connection, worker: str, requests: Sequence[ClaimRequest]
-) -> dict[uuid.UUID, Claim]:
+) -> dict[uuid.UUID, Claim | ClaimDeferred]:
     """Claims that succeeded (or had already succeeded), by lease token.
 
     Runs of jobs with an overlap policy (``skip``, ``buffer_one``) are decided one by one under
     their job's row lock (:func:`_claim_overlapping`); all others are claimed in one statement.
+    A claim ahead of such a run is not made: it is ``DEFERRED`` to the due instant.
     """
     if not requests:
         return {}
@@ -126,12 +154,14 @@ def claim_batch(
         found = conn.execute(query("runs_overlap_jobs"), {"job_ids": job_ids}).all()
         policies = {row.job_id: row.overlap for row in found}
     if not policies:
-        return _claim(conn, worker, requests)
+        return dict(_claim(conn, worker, requests))
     plain = [r for r in requests if r.job_id not in policies]
-    claims = _claim(conn, worker, plain)
+    claims: dict[uuid.UUID, Claim | ClaimDeferred] = dict(_claim(conn, worker, plain))
     constrained = sorted(
-        (r for r in requests if r.job_id in policies), key=lambda r: r.scheduled_for
+        (r for r in requests if r.job_id in policies and not r.ahead),
+        key=lambda r: r.scheduled_for,
     )
+    claims.update((r.lease_token, DEFERRED) for r in requests if r.job_id in policies and r.ahead)
     for request in constrained:
         assert request.job_id is not None
         claims.update(_claim_overlapping(conn, worker, request, policies[request.job_id]))
@@ -214,6 +244,22 @@ def renew_batch(conn: Connection, renewals: Sequence[LeaseRenewal]) -> dict[uuid
         },
     ).all()
     return {row.lease_token: row.lease_expires_at for row in rows}
+
+
+def unclaim_batch(conn: Connection, unclaims: Sequence[Unclaim]) -> set[uuid.UUID]:
+    """Tokens whose attempt was given back; a missing token had lost its lease already."""
+    if not unclaims:
+        return set()
+    rows = conn.execute(
+        query("runs_unclaim_batch"),
+        {
+            "run_ids": uuids(u.run_id for u in unclaims),
+            "scheduled_fors": instants(u.scheduled_for for u in unclaims),
+            "attempts": numbers(u.attempt for u in unclaims),
+            "lease_tokens": uuids(u.lease_token for u in unclaims),
+        },
+    ).all()
+    return {row.lease_token for row in rows}
 
 
 def complete_batch(conn: Connection, worker: str, ends: Sequence[AttemptEnd]) -> set[uuid.UUID]:

@@ -25,11 +25,14 @@ from .arrays import instants, numbers, uuids
 from .attempts import (
     AttemptEnd,
     Claim,
+    ClaimDeferred,
     ClaimRequest,
     LeaseRenewal,
+    Unclaim,
     claim_batch,
     complete_batch,
     renew_batch,
+    unclaim_batch,
 )
 from .engine import make_engine
 from .flow import GrantRequest
@@ -456,9 +459,13 @@ class Store:
     # one-element batches, for tools and the reaper's tests. ----------------------------------
     def runs_claim_batch(
         self, worker: str, requests: Sequence[ClaimRequest]
-    ) -> dict[uuid.UUID, Claim]:
+    ) -> dict[uuid.UUID, Claim | ClaimDeferred]:
         with self.tx() as tx:
             return claim_batch(tx.conn, worker, requests)
+
+    def runs_unclaim_batch(self, unclaims: Sequence[Unclaim]) -> set[uuid.UUID]:
+        with self.tx() as tx:
+            return unclaim_batch(tx.conn, unclaims)
 
     def runs_renew_batch(self, renewals: Sequence[LeaseRenewal]) -> dict[uuid.UUID, datetime]:
         with self.tx() as tx:
@@ -483,8 +490,8 @@ class Store:
         request = ClaimRequest(
             run_id, scheduled_for, attempt, token, lease, released_at, throttled_ms
         )
-        claims = self.runs_claim_batch(worker, [request])
-        return claims.get(token)
+        claim = self.runs_claim_batch(worker, [request]).get(token)
+        return claim if isinstance(claim, Claim) else None  # not ahead: never deferred
 
     def runs_complete(
         self,

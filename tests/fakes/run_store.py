@@ -14,7 +14,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from duetime.errors import StoreError
-from duetime.store import AttemptEnd, Claim, ClaimRequest, LeaseRenewal
+from duetime.store import (
+    DEFERRED,
+    AttemptEnd,
+    Claim,
+    ClaimDeferred,
+    ClaimRequest,
+    LeaseRenewal,
+    Unclaim,
+)
 
 __all__ = ["FakeRun", "FakeStore"]
 
@@ -28,11 +36,13 @@ class FakeRun:
     progress: str | None = None
     # lease token -> (attempt, outcome) of every attempt this run had (the run_attempts table)
     attempts: dict[uuid.UUID, tuple[int, str | None]] = field(default_factory=dict)
+    # when it is due; a claim before then counts its lease from it (a claim ahead)
+    due_at: datetime | None = None
 
 
 @dataclass
 class FakeStore:
-    """The worker's three batched statements with the same rules as worker.sql.
+    """The worker's batched statements with the same rules as worker.sql.
 
     ``claim_errors`` / ``complete_errors`` make the next calls fail before doing anything;
     ``claim_lost_replies`` / ``complete_lost_replies`` make them fail *after* their effect
@@ -50,36 +60,43 @@ class FakeStore:
     renewals: int = 0
     claim_calls: int = 0
     complete_calls: int = 0
+    unclaimed: int = 0
     completions: list[AttemptEnd] = field(default_factory=list)
     fenced: list[AttemptEnd] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # jobs with an overlap policy: a claim ahead of their runs is DEFERRED to the due instant
+    overlap_jobs: set[str] = field(default_factory=set)
 
     def run(self, run_id: uuid.UUID) -> FakeRun:
         return self.runs.setdefault(run_id, FakeRun())
 
     def runs_claim_batch(
         self, worker: str, requests: Sequence[ClaimRequest]
-    ) -> dict[uuid.UUID, Claim]:
+    ) -> dict[uuid.UUID, Claim | ClaimDeferred]:
         with self.lock:
             self.claim_calls += 1
             if self.claim_errors:
                 self.claim_errors -= 1
                 raise StoreError("database error: OperationalError: connection refused")
             now = datetime.now(UTC)
-            claims: dict[uuid.UUID, Claim] = {}
+            claims: dict[uuid.UUID, Claim | ClaimDeferred] = {}
             for req in requests:
                 run = self.run(req.run_id)
+                starts = now if run.due_at is None else max(now, run.due_at)
                 if run.state == "running" and run.token == req.lease_token:
                     claims[req.lease_token] = Claim(
-                        run.attempt, run.token, now + req.lease, now, run.progress
+                        run.attempt, run.token, starts + req.lease, now, run.progress
                     )
+                    continue
+                if req.ahead and req.job_id in self.overlap_jobs:
+                    claims[req.lease_token] = DEFERRED
                     continue
                 if run.state != "scheduled" or run.attempt != req.attempt - 1:
                     continue
                 run.state, run.attempt, run.token = "running", req.attempt, req.lease_token
                 run.attempts[req.lease_token] = (req.attempt, None)
                 claims[req.lease_token] = Claim(
-                    req.attempt, req.lease_token, now + req.lease, now, run.progress
+                    req.attempt, req.lease_token, starts + req.lease, now, run.progress
                 )
             if self.claim_lost_replies:
                 self.claim_lost_replies -= 1
@@ -130,6 +147,25 @@ class FakeStore:
                 self.complete_lost_replies -= 1
                 raise StoreError("database error: OperationalError: server closed the connection")
             return accepted
+
+    def runs_unclaim_batch(self, unclaims: Sequence[Unclaim]) -> set[uuid.UUID]:
+        with self.lock:
+            given_back: set[uuid.UUID] = set()
+            for unclaim in unclaims:
+                run = self.run(unclaim.run_id)
+                if (
+                    run.state == "running"
+                    and run.token == unclaim.lease_token
+                    and run.attempt == unclaim.attempt
+                ):
+                    run.state, run.attempt, run.token = "scheduled", unclaim.attempt - 1, None
+                    run.attempts.pop(unclaim.lease_token, None)
+                    given_back.add(unclaim.lease_token)
+            self.unclaimed += len(given_back)
+            return given_back
+
+    def db_clock(self) -> datetime:
+        return datetime.now(UTC)
 
     def steal(self, run_id: uuid.UUID) -> None:
         """What the reaper does to an expired lease: the token changes hands."""

@@ -79,6 +79,8 @@ class DispatcherProcess:
             "DUETIME_PROFILE": settings.profile,
             "DUETIME_DATA_DIR": str(settings.data_dir),
             "DUETIME_LOG_LEVEL": "DEBUG",  # for run.held, which tells us a run is in the wheel
+            # Releases at the due instant; the release ahead for claims ahead has its own test.
+            "DUETIME_DISPATCHER_CLAIM_AHEAD": "0",
             **extra_env,
         }
         self.proc = subprocess.Popen(
@@ -343,6 +345,28 @@ def test_releases_each_run_once_on_time_and_survives_poison(
     assert dispatcher.stop() == 0
     stopped = dispatcher.wait_event("dispatcher.stopped")
     assert "released=21 " in stopped and "duplicates=8 " in stopped and "undecodable=2 " in stopped
+
+
+def test_a_run_for_an_http_target_without_limits_is_released_claim_ahead_early(
+    settings: Settings,
+    dispatchers: Callable[..., DispatcherProcess],
+    ready: ReadyReader,
+) -> None:
+    """docs/claim-ahead.md: released ``claim_ahead`` before its due instant, never sooner."""
+    dispatcher = dispatchers(DUETIME_DISPATCHER_CLAIM_AHEAD="2")
+    dispatcher.wait_event("dispatcher.started")
+    out = Publisher(settings)
+    run = new_run(datetime.now(UTC) + timedelta(seconds=4))
+    out.run("10s", run)
+    wait_for(lambda: bool(ready.of(run)), "the run on runs.ready")
+    [arrival] = ready.of(run)
+    released_at = datetime.fromtimestamp(arrival.created_ms / 1000, UTC)
+    ahead = run.due_at - timedelta(seconds=2)
+    assert released_at >= ahead - timedelta(milliseconds=1), "released before due_at - 2 s"
+    assert arrival.arrived_at - ahead <= LATE_BOUND
+    assert arrival.arrived_at < run.due_at
+    [line] = dispatcher.events("run.released")
+    assert float(line.split("lateness_ms=")[1].split()[0]) < 0
 
 
 def test_a_held_run_survives_kill_9(

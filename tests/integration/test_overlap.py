@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from duetime.jobdef import parse_job
 from duetime.store import Store
 from duetime.store.attempts import ClaimRequest
-from duetime.store.jobs import jobs_apply
+from tests.fixtures.jobs import apply_http_job
 
 pytestmark = pytest.mark.integration
 
@@ -31,19 +30,6 @@ def store(database_url: str) -> Iterator[Store]:
         tx.runs_ensure_partition(today)
     yield store
     store.close()
-
-
-def _job(store: Store, job_id: str, overlap: str) -> None:
-    job = parse_job(
-        {
-            "id": job_id,
-            "schedule": {"interval": "PT1M"},
-            "target": {"http": {"url": "https://example.com/hook"}},
-            "overlap": overlap,
-        }
-    )
-    with store.tx() as tx:
-        jobs_apply(tx, [job])
 
 
 def _run(store: Store, job_id: str, minutes_ago: int) -> tuple[uuid.UUID, datetime]:
@@ -91,13 +77,13 @@ def _end(store: Store, run: tuple[uuid.UUID, datetime], state: str = "succeeded"
 
 
 def test_allow_runs_overlapping_runs(store: Store) -> None:
-    _job(store, "free", "allow")
+    apply_http_job(store, "free", "allow")
     first, second = _run(store, "free", 2), _run(store, "free", 1)
     assert _claim(store, "free", first) and _claim(store, "free", second)
 
 
 def test_skip_records_the_run_as_skipped_while_the_previous_one_runs(store: Store) -> None:
-    _job(store, "report", "skip")
+    apply_http_job(store, "report", "skip")
     first, second, third = (_run(store, "report", m) for m in (3, 2, 1))
     assert _claim(store, "report", first)
     assert not _claim(store, "report", second)
@@ -108,7 +94,7 @@ def test_skip_records_the_run_as_skipped_while_the_previous_one_runs(store: Stor
 
 
 def test_a_retry_in_progress_counts_as_running(store: Store) -> None:
-    _job(store, "report", "skip")
+    apply_http_job(store, "report", "skip")
     first, second = _run(store, "report", 2), _run(store, "report", 1)
     assert _claim(store, "report", first)
     _end(store, first, state="scheduled")  # attempt 1 failed, attempt 2 waits for its backoff
@@ -118,7 +104,7 @@ def test_a_retry_in_progress_counts_as_running(store: Store) -> None:
 
 
 def test_buffer_one_keeps_one_waiting_and_skips_the_rest(store: Store) -> None:
-    _job(store, "sync", "buffer_one")
+    apply_http_job(store, "sync", "buffer_one")
     first, second, third, fourth = (_run(store, "sync", m) for m in (4, 3, 2, 1))
     assert _claim(store, "sync", first)
     assert not _claim(store, "sync", second)
@@ -139,7 +125,7 @@ def test_buffer_one_keeps_one_waiting_and_skips_the_rest(store: Store) -> None:
 
 
 def test_two_workers_never_run_two_runs_of_a_skip_job_at_once(store: Store) -> None:
-    _job(store, "exclusive", "skip")
+    apply_http_job(store, "exclusive", "skip")
     for round_ in range(5):
         runs = [_run(store, "exclusive", 100 * round_ + m) for m in (2, 1)]
         results: list[bool] = []

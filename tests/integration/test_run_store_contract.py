@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import text
 
 from duetime.model import run_id_for
-from duetime.store import AttemptEnd, ClaimRequest, LeaseRenewal, NewRun, Store
+from duetime.store import AttemptEnd, ClaimRequest, LeaseRenewal, NewRun, Store, Unclaim
 from duetime_workers.ports import RunStore
 from tests.fakes.run_store import FakeStore
 
@@ -271,3 +271,24 @@ def test_a_hand_over_that_lands_after_the_target_completed_is_not_fenced(
     renewal = LeaseRenewal(RUN_A, SCHEDULED, first.lease_token, LEASE)
     assert run_store.runs_renew_batch([renewal]) == {}  # still ended: nothing to renew
     assert run_store.runs_claim_batch("w2", [_req(RUN_A, 2)]) == {}
+
+
+def test_an_attempt_claimed_ahead_is_given_back_as_if_never_claimed(run_store: RunStore) -> None:
+    """A worker stopping before the due instant of runs it claimed ahead gives them back: the
+    attempt is not burnt, and the next claim of the same attempt number succeeds."""
+    first, other = _req(RUN_A, 1), _req(RUN_B, 1)
+    run_store.runs_claim_batch("w1", [first, other])
+    _steal(run_store, RUN_B)  # RUN_B's lease was lost meanwhile: not ours to give back
+    unclaims = [
+        Unclaim(RUN_A, SCHEDULED, 1, first.lease_token),
+        Unclaim(RUN_B, SCHEDULED, 1, other.lease_token),
+    ]
+    assert run_store.runs_unclaim_batch(unclaims) == {first.lease_token}
+    assert run_store.runs_unclaim_batch(unclaims) == set()  # a retry after a lost reply
+    renewal = LeaseRenewal(RUN_A, SCHEDULED, first.lease_token, LEASE)
+    assert run_store.runs_renew_batch([renewal]) == {}  # the old token holds nothing
+    again = _req(RUN_A, 1)
+    assert run_store.runs_claim_batch("w2", [again])[again.lease_token].attempt == 1
+    done = _end(RUN_A, 1, again.lease_token, "succeeded")
+    assert run_store.runs_complete_batch("w2", [done]) == {again.lease_token}
+    assert _fenced_count(run_store) == 0

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from duetime_dispatcher.clock_offset import ClockOffset
+from duetime.clock_offset import ClockOffset
 
 S = 1000  # ms
 

@@ -19,7 +19,7 @@ import pytest
 
 from duetime.events import RunHeartbeat, RunResult
 from duetime.model import HttpTarget, RunEvent
-from duetime.store import Claim
+from duetime.store import Claim, ClaimDeferred
 from duetime_workers.attempt import AttemptRunner
 from duetime_workers.blocking import BlockingCalls
 from duetime_workers.config import WorkerConfig
@@ -65,6 +65,7 @@ class FakeTargets:
     def __init__(self, outcome: AttemptOutcome | Exception, hold: bool = False) -> None:
         self.outcome = outcome
         self.calls: list[int] = []
+        self.started_at: list[datetime] = []
         self.fencing_tokens: list[int] = []
         self.started = asyncio.Event()
         self.release = asyncio.Event()
@@ -72,6 +73,7 @@ class FakeTargets:
         self._hold = hold
 
     async def execute(self, run: RunEvent, claim: Claim) -> AttemptOutcome:
+        self.started_at.append(datetime.now(UTC))
         self.calls.append(claim.attempt)
         self.fencing_tokens.append(claim.fencing_token)
         self.started.set()
@@ -392,7 +394,9 @@ async def test_claim_call_that_hangs_hits_its_deadline(calls: BlockingCalls) -> 
     release = threading.Event()
 
     class HangingClaim(FakeStore):
-        def runs_claim_batch(self, *args: Any, **kwargs: Any) -> dict[uuid.UUID, Claim]:
+        def runs_claim_batch(
+            self, *args: Any, **kwargs: Any
+        ) -> dict[uuid.UUID, Claim | ClaimDeferred]:
             release.wait()
             return {}
 
@@ -452,3 +456,70 @@ async def _until(condition: Callable[[], bool], within: float = 5.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.01)
+
+
+# claims ahead (docs/claim-ahead.md) ----------------------------------------------------------
+
+
+def _due_in(seconds: float, store: FakeStore, **kwargs: Any) -> RunEvent:
+    """A run due ``seconds`` from now, as a dispatcher releases it ahead."""
+    due = datetime.now(UTC) + timedelta(seconds=seconds)
+    run = replace(_run(**kwargs), scheduled_for=due, due_at=due)
+    store.runs[run.run_id] = FakeRun(due_at=due)
+    return run
+
+
+async def test_a_run_released_ahead_is_claimed_at_once_and_started_at_its_due_instant(
+    calls: BlockingCalls,
+) -> None:
+    store, events, targets = FakeStore(), FakeEvents(), FakeTargets(OK)
+    run = _due_in(0.4, store)
+    attempt = asyncio.create_task(_runner(store, events, targets, calls).run(run))
+    await _until(lambda: store.runs[run.run_id].state == "running")
+    assert datetime.now(UTC) < run.due_at and targets.calls == []  # claimed, waiting
+    report = await attempt
+    assert report.status == "succeeded"
+    (started,) = targets.started_at
+    assert started >= run.due_at
+    assert store.claim_calls == 1 and len(store.completions) == 1
+
+
+async def test_a_claim_ahead_is_not_fenced_before_its_lease_counts(
+    calls: BlockingCalls,
+) -> None:
+    """Due in 1.5 s with a 1 s lease: the local lease counts from the due instant, so the wait
+    neither self-fences the attempt nor loses its lease."""
+    store, events, targets = FakeStore(), FakeEvents(), FakeTargets(OK)
+    run = _due_in(1.5, store, lease_s=1.0)
+    report = await _runner(store, events, targets, calls).run(run)
+    assert report.status == "succeeded" and targets.calls == [1]
+    assert targets.started_at[0] >= run.due_at
+
+
+async def test_a_worker_stopping_before_the_due_instant_gives_its_claims_ahead_back(
+    calls: BlockingCalls,
+) -> None:
+    store, events, targets = FakeStore(), FakeEvents(), FakeTargets(OK)
+    run = _due_in(30, store)
+    runner = _runner(store, events, targets, calls)
+    attempt = asyncio.create_task(runner.run(run))
+    await _until(lambda: store.runs[run.run_id].state == "running")
+    runner.hand_back()
+    report = await asyncio.wait_for(attempt, 5)
+    assert (report.status, report.commit) == ("given_back", True)
+    assert targets.calls == [] and events.results == [] and store.completions == []
+    back = store.runs[run.run_id]
+    assert (back.state, back.attempt, back.attempts, store.unclaimed) == ("scheduled", 0, {}, 1)
+
+
+async def test_a_run_of_a_job_with_an_overlap_policy_is_claimed_at_its_due_instant(
+    calls: BlockingCalls,
+) -> None:
+    store, events, targets = FakeStore(overlap_jobs={"job-1"}), FakeEvents(), FakeTargets(OK)
+    run = _due_in(0.3, store)
+    attempt = asyncio.create_task(_runner(store, events, targets, calls).run(run))
+    await _until(lambda: store.claim_calls == 1)
+    assert store.runs[run.run_id].state == "scheduled"  # deferred: nothing claimed yet
+    report = await attempt
+    assert report.status == "succeeded" and store.claim_calls == 2
+    assert targets.started_at[0] >= run.due_at

@@ -9,6 +9,8 @@
 -- snapshot the `ours` branch reads is from before this statement, so it never repeats a row
 -- claimed just now). The run's progress is kept, and returned: it is what an earlier attempt
 -- (an async target, docs/targets.md) reported, the next attempt's resume data.
+-- A run claimed ahead of its due instant (docs/claim-ahead.md) starts at due_at: its lease and
+-- its start count from then, not from the claim.
 WITH req AS (
     SELECT * FROM unnest(CAST(:run_ids AS uuid[]), CAST(:scheduled_fors AS timestamptz[]),
                          CAST(:attempts AS integer[]), CAST(:lease_tokens AS uuid[]),
@@ -17,8 +19,9 @@ WITH req AS (
         AS t(run_id, scheduled_for, attempt, lease_token, lease_ms, released_at, throttled_ms)
 ), claimed AS (
     UPDATE runs r SET state = 'running', attempt = req.attempt, lease_token = req.lease_token,
-                      lease_expires_at = now() + req.lease_ms * interval '1 millisecond',
-                      worker = :worker, started_at = COALESCE(r.started_at, now()),
+                      lease_expires_at = GREATEST(now(), r.due_at)
+                          + req.lease_ms * interval '1 millisecond',
+                      worker = :worker, started_at = COALESCE(r.started_at, GREATEST(now(), r.due_at)),
                       next_attempt_at = NULL, updated_at = now(), buffered_at = NULL,
                       released_at = COALESCE(req.released_at, r.released_at),
                       throttled_ms = COALESCE(req.throttled_ms, r.throttled_ms)
@@ -30,9 +33,9 @@ WITH req AS (
 ), attempt_rows AS (
     -- The attempt's own stamps (not the run's, which may be an earlier attempt's).
     INSERT INTO run_attempts (run_id, scheduled_for, attempt, job_id, worker, lease_token,
-                              due_at, released_at, throttled_ms)
+                              started_at, due_at, released_at, throttled_ms)
     SELECT run_id, scheduled_for, attempt, job_id, :worker, lease_token,
-           due_at, released_at, throttled_ms
+           GREATEST(now(), due_at), due_at, released_at, throttled_ms
     FROM claimed
     ON CONFLICT (run_id, attempt) DO NOTHING
 ), ours AS (
@@ -46,8 +49,10 @@ SELECT attempt, lease_token, lease_expires_at, progress, now() AS claimed_at FRO
 
 -- name: runs_renew_batch
 -- Renew every lease of the batch whose token still matches (fencing); a token missing from the
--- result has lost its lease.
-UPDATE runs r SET lease_expires_at = now() + req.lease_ms * interval '1 millisecond',
+-- result has lost its lease. A renewal never shortens a lease (one claimed ahead runs from its
+-- due instant).
+UPDATE runs r SET lease_expires_at = GREATEST(r.lease_expires_at,
+                                              now() + req.lease_ms * interval '1 millisecond'),
                   updated_at = now()
 FROM unnest(CAST(:run_ids AS uuid[]), CAST(:scheduled_fors AS timestamptz[]),
             CAST(:lease_tokens AS uuid[]), CAST(:lease_ms AS bigint[]))
@@ -119,6 +124,32 @@ WITH req AS (
 SELECT lease_token FROM done
 UNION
 SELECT lease_token FROM already;
+
+-- name: runs_unclaim_batch
+-- Give back attempts claimed ahead of their due instant that never started (their worker is
+-- stopping): each run is 'scheduled' again with the attempt before it, as if never claimed, and
+-- unpublished, so the outbox offers it again (at once if it is due); the attempt's row goes,
+-- since the attempt never ran. Fenced by the token: a run whose lease was lost is left alone.
+-- A retry after a lost reply finds nothing under its token and returns nothing.
+WITH req AS (
+    SELECT * FROM unnest(CAST(:run_ids AS uuid[]), CAST(:scheduled_fors AS timestamptz[]),
+                         CAST(:attempts AS integer[]), CAST(:lease_tokens AS uuid[]))
+        AS t(run_id, scheduled_for, attempt, lease_token)
+), back AS (
+    UPDATE runs r SET state = 'scheduled', attempt = r.attempt - 1, lease_token = NULL,
+                      lease_expires_at = NULL, worker = NULL, published_at = NULL,
+                      started_at = CASE WHEN r.attempt > 1 THEN r.started_at END,
+                      next_attempt_at = CASE WHEN r.attempt > 1 THEN r.due_at END,
+                      updated_at = now()
+    FROM req
+    WHERE r.run_id = req.run_id AND r.scheduled_for = req.scheduled_for
+      AND r.lease_token = req.lease_token AND r.state = 'running' AND r.attempt = req.attempt
+    RETURNING r.run_id, req.attempt, req.lease_token
+), gone AS (
+    DELETE FROM run_attempts a USING back
+    WHERE a.run_id = back.run_id AND a.attempt = back.attempt AND a.lease_token = back.lease_token
+)
+SELECT lease_token FROM back;
 
 -- name: runs_overlap_jobs
 -- The jobs of a claim batch that have an overlap policy, locked (in a fixed order) until the

@@ -12,7 +12,8 @@ Modules, from the pure core out to the process:
 * :mod:`~duetime_dispatcher.holding` — the timing wheel, de-duplication on (run_id, attempt),
   release and lateness bookkeeping; clock-free;
 * :mod:`~duetime_dispatcher.backpressure` — the cap on held runs: pause, resume, shed;
-* :mod:`~duetime_dispatcher.clock_offset` — this host's clock offset from the database clock;
+* :mod:`~duetime.clock_offset` (shared with the workers) — this host's clock offset from the
+  database clock;
 * :mod:`~duetime_dispatcher.publisher` — the producer to ``runs.ready`` and job topics;
 * :mod:`~duetime_dispatcher.recorder` — the fast path's successes into PostgreSQL, batched;
 * :mod:`~duetime_dispatcher.app` — the faust app wiring them together;

@@ -20,9 +20,13 @@ positions are committed and the holding drops what it held of them; their next o
 again from there.
 
 Due instants are on the planner's database clock. The dispatcher estimates its own clock's
-offset from the send time the planner stamps on each record (:mod:`duetime_dispatcher.clock_offset`)
+offset from the send time the planner stamps on each record (:mod:`duetime.clock_offset`)
 and judges every instant by ``local clock - correction``, so a skewed host neither fires early
 nor late without saying so (``clock.skew``).
+
+Runs for HTTP targets without limits are released ``claim_ahead`` (5 s) before they are due:
+a worker claims each at once, with a lease that counts from the due instant, and starts it at
+the due instant (docs/claim-ahead.md), so a midnight's database work is done before midnight.
 
 Kafka-target runs take the fast path (:mod:`duetime_dispatcher.fast_path`): at the due instant
 the dispatcher emits the job's own record onto the job's topic, and a third coroutine, the
@@ -52,6 +56,7 @@ from duetime.bus.kafka import producer_config
 from duetime.bus.run_headers import epoch_ms
 from duetime.bus.run_template import RunDecoder
 from duetime.bus.topics import TopicCatalog
+from duetime.clock_offset import ClockOffset
 from duetime.collector import collector_paused
 from duetime.config import Settings
 from duetime.errors import CodecError, StoreError
@@ -59,7 +64,6 @@ from duetime.logs import event as log_event
 from duetime.store.clusters import ClusterStores
 
 from .backpressure import Gate, IntakeGate
-from .clock_offset import ClockOffset
 from .config import DispatcherConfig, faust_settings
 from .fast_path import plan_emission
 from .heap import Heap
@@ -91,6 +95,7 @@ def _utc_now() -> datetime:
 
 
 _MS = timedelta(milliseconds=1)
+_NO_LEAD = timedelta(0)
 # The fast path's result records go out once releases have paused this long, this many per
 # record round (recorder.EmittedRecorder.publish_results says why).
 _RESULTS_QUIET = timedelta(milliseconds=300)
@@ -236,6 +241,7 @@ class Dispatcher:
         now = local_now - self.clock_offset.correction_ms * _MS
         min_sent_delta: int | None = None
         debug = log.isEnabledFor(logging.DEBUG)
+        claim_ahead, limited = self.config.claim_ahead, self.throttle.limited
         for message in messages:
             source = Source(message.topic(), message.partition(), message.offset())  # type: ignore[arg-type]
             if source.tp not in assigned:
@@ -262,7 +268,16 @@ class Dispatcher:
                     offset=source.offset,
                     reason=str(exc) if isinstance(exc, CodecError) else repr(exc),
                 )
-            outcome = holding.receive(source, routed, source, now)
+            lead = _NO_LEAD
+            if (
+                claim_ahead
+                and routed is not None
+                and routed.target_kind == "http"
+                and not routed.catch_up
+                and not limited(routed.target_service)
+            ):
+                lead = claim_ahead  # a worker claims it ahead (docs/claim-ahead.md)
+            outcome = holding.receive(source, routed, source, now, lead)
             if routed is None:
                 continue
             if routed.sent_at_ms is not None:

@@ -15,7 +15,11 @@ from duetime.bus.topics import TopicCatalog
 from duetime.config import Settings
 from duetime.errors import ConfigError
 
-__all__ = ["DispatcherConfig", "faust_settings"]
+__all__ = ["MAX_CLAIM_AHEAD", "DispatcherConfig", "faust_settings"]
+
+#: The most ``claim_ahead`` may be: a worker holds what it claimed ahead in memory, and a worker
+#: that dies holding it leaves those runs to their leases (docs/claim-ahead.md).
+MAX_CLAIM_AHEAD = timedelta(seconds=60)
 
 
 @dataclass(frozen=True)
@@ -57,13 +61,20 @@ class DispatcherConfig:
             estimate is only the smallest transit time).
         clock_warn: offset estimates beyond +/- this are logged as ``clock.skew`` (WARNING).
         clock_probe_interval: how often the database clock is read directly (a tight sample for
-            the offset estimate, see :mod:`duetime_dispatcher.clock_offset`).
+            the offset estimate, see :mod:`duetime.clock_offset`).
         record_interval: how often the Kafka fast path's successes are written to PostgreSQL
             (one statement per batch; their source records are acked after the write).
         throttle_interval: how often runs waiting at throttled targets ask PostgreSQL for a
             grant (one statement round for all such targets; none while nothing waits).
         limits_interval: how often the targets' limits and tenants' weights are re-read, so
             ``duetime targets set`` takes effect without a restart.
+        claim_ahead: how long before its due instant a run for an HTTP target without limits
+            is released to ``runs.ready`` (environment ``DUETIME_DISPATCHER_CLAIM_AHEAD``,
+            option ``--claim-ahead``, seconds; 0 turns it off). A worker claims it at once,
+            with a lease that counts from the due instant, and starts it at the due instant
+            (docs/claim-ahead.md): the database work of a midnight is done before midnight.
+            Runs of throttled targets, catch-up runs and Kafka targets are released at their
+            due instant.
         stop_grace: the longest a stop may take once it has begun (SIGTERM, SIGINT); then the
             process exits whatever it still waits for (a commit or flush to a broker that is
             gone). Runs not yet acknowledged are read again by the next dispatcher. Below the
@@ -93,6 +104,7 @@ class DispatcherConfig:
     stop_grace: timedelta = timedelta(seconds=5)
     throttle_interval: timedelta = timedelta(milliseconds=50)
     limits_interval: timedelta = timedelta(seconds=2)
+    claim_ahead: timedelta = timedelta(seconds=5)
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
@@ -129,6 +141,10 @@ class DispatcherConfig:
             raise ConfigError("dispatcher dedup_window must not be negative")
         if self.prepare_ahead < timedelta(0):
             raise ConfigError("dispatcher prepare_ahead must not be negative")
+        if not timedelta(0) <= self.claim_ahead <= MAX_CLAIM_AHEAD:
+            raise ConfigError(
+                f"dispatcher claim_ahead must be between 0 and {MAX_CLAIM_AHEAD.seconds} s"
+            )
 
     @property
     def low_water(self) -> int:

@@ -41,6 +41,7 @@ __all__ = ["Counters", "Holding", "Outcome", "Release", "RunKey", "Source"]
 T = TypeVar("T")
 
 _MS = timedelta(milliseconds=1)
+_NO_LEAD = timedelta(0)
 _KEY = attrgetter("key")
 
 
@@ -162,8 +163,10 @@ class Holding(Generic[T]):
         routed: Routed | None,
         token: T,
         now: datetime,
+        lead: timedelta = _NO_LEAD,
     ) -> Outcome:
         """Take one record read from ``source`` at ``now``; ``routed`` is None for poison.
+        It is released ``lead`` before its due instant (a run a worker claims ahead).
 
         Records of one partition must come in offset order.
         """
@@ -188,7 +191,7 @@ class Holding(Generic[T]):
             self.counters.too_far += 1
             self._ledger.settle(claim)
             return Outcome.TOO_FAR
-        self._wheel.add(key, routed.due_at, _Held(routed, source, claim, key))
+        self._wheel.add(key, routed.due_at - lead, _Held(routed, source, claim, key))
         return Outcome.HELD
 
     # -- releasing -----------------------------------------------------------------------------
@@ -216,7 +219,8 @@ class Holding(Generic[T]):
         :meth:`settle`).
 
         Returns the run's lateness, ``now - due_at``: the run counts as released when it is on
-        its topic, so the time spent publishing is part of it.
+        its topic, so the time spent publishing is part of it. A run released ahead (for a
+        worker to claim it ahead) has a negative lateness.
         """
         key = release.key
         in_flight = self._in_flight

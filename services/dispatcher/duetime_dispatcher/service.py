@@ -41,6 +41,7 @@ __all__ = ["main"]
 log = logging.getLogger("duetime.dispatcher")
 
 MAX_HELD_ENV = "DUETIME_DISPATCHER_MAX_HELD"
+CLAIM_AHEAD_ENV = "DUETIME_DISPATCHER_CLAIM_AHEAD"
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -56,6 +57,16 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         default=int(os.environ.get(MAX_HELD_ENV, DispatcherConfig.max_held)),
         help=f"cap on runs held in memory (default: ${MAX_HELD_ENV} or "
         f"{DispatcherConfig.max_held}); the intake pauses at the cap",
+    )
+    parser.add_argument(
+        "--claim-ahead",
+        type=float,
+        default=float(
+            os.environ.get(CLAIM_AHEAD_ENV, DispatcherConfig.claim_ahead.total_seconds())
+        ),
+        help=f"seconds before its due instant a run for an HTTP target without limits is "
+        f"released, for a worker to claim it ahead (default: ${CLAIM_AHEAD_ENV} or "
+        f"{DispatcherConfig.claim_ahead.total_seconds():g}; 0: off)",
     )
     parser.add_argument(
         "--instance",
@@ -94,9 +105,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the dispatcher in the foreground; returns the process exit code."""
     try:
         args = _parse(argv)
-    except ValueError as exc:  # a malformed $DUETIME_DISPATCHER_MAX_HELD
+    except ValueError as exc:  # a malformed $DUETIME_DISPATCHER_MAX_HELD or _CLAIM_AHEAD
         configure_logging("dispatcher", None)
-        event(log, "dispatcher.failed", logging.ERROR, reason=f"{MAX_HELD_ENV}: {exc}")
+        event(
+            log,
+            "dispatcher.failed",
+            logging.ERROR,
+            reason=f"{MAX_HELD_ENV} or {CLAIM_AHEAD_ENV}: {exc}",
+        )
         return 1
     configure_logging("dispatcher", args.log_level)
     # The dispatcher keeps every held run alive for up to hours: hundreds of thousands of
@@ -112,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_held=args.max_held,
             instance=args.instance,
             stop_grace=timedelta(seconds=args.stop_grace),
+            claim_ahead=timedelta(seconds=args.claim_ahead),
         )
         create_topics(settings)
         settings.data_dir.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ Environment (command-line options override them):
 ``DUETIME_WORKER_PROCESSES``              worker processes (one per CPU core)
 ``DUETIME_ALLOW_PRIVATE_TARGETS``         ``1`` lets HTTP targets reach private addresses
 ``DUETIME_WORKER_SHUTDOWN_GRACE``         seconds in-flight attempts get at shutdown (10)
+``DUETIME_WORKER_MAX_AHEAD``              runs claimed ahead held per process (20000)
 ``DUETIME_SECRETS_DIR``                   directory of secret files for header references
 ``DUETIME_SECRET_<NAME>``                 a secret's value, when no file holds it
 ========================================  ==============================================
@@ -72,6 +73,11 @@ class WorkerConfig:
             environment (``DUETIME_SECRET_<NAME>``) is looked at when no file holds a secret.
         secret_cache_ttl: How long a secret's value is reused before its file is read again
             (a rotated file is in use within this time).
+        max_ahead: Runs released ahead of their due instant (docs/claim-ahead.md) that one
+            process claims and holds until due without taking an execution slot. Beyond it, a
+            run released ahead waits in a slot. At a due instant up to ``concurrency +
+            max_ahead`` attempts of a process start together; HTTP connections stay capped
+            at ``concurrency`` per process.
     """
 
     worker_id: str = field(default_factory=default_worker_id)
@@ -85,12 +91,15 @@ class WorkerConfig:
     user_agent: str = field(default_factory=user_agent)
     secrets_dir: Path | None = None
     secret_cache_ttl: timedelta = timedelta(seconds=5)
+    max_ahead: int = 20_000
 
     def __post_init__(self) -> None:
         if not self.worker_id or len(self.worker_id) > 200:
             raise ConfigError("worker id must be 1-200 characters")
         if not 1 <= self.concurrency <= 1024:
             raise ConfigError(f"concurrency must be between 1 and 1024, not {self.concurrency}")
+        if not 0 <= self.max_ahead <= 1_000_000:
+            raise ConfigError(f"max_ahead must be between 0 and 1000000, not {self.max_ahead}")
         for name in (
             "shutdown_grace",
             "db_call_timeout",
@@ -114,6 +123,8 @@ class WorkerConfig:
                 config,
                 shutdown_grace=timedelta(seconds=_float("DUETIME_WORKER_SHUTDOWN_GRACE", env)),
             )
+        if env.get("DUETIME_WORKER_MAX_AHEAD"):
+            config = replace(config, max_ahead=_int("DUETIME_WORKER_MAX_AHEAD", env))
         if env.get("DUETIME_SECRETS_DIR"):
             config = replace(config, secrets_dir=Path(env["DUETIME_SECRETS_DIR"]))
         return replace(config, allow_private_targets=_flag("DUETIME_ALLOW_PRIVATE_TARGETS", env))

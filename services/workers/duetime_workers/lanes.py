@@ -19,10 +19,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from duetime.store import AttemptEnd, Claim, ClaimRequest
+from duetime.store import AttemptEnd, Claim, ClaimDeferred, ClaimRequest, Unclaim
 
 from .batcher import StatementBatcher
 from .blocking import BlockingCalls
+from .due_clock import DueClock
 from .metrics import WorkerMetrics
 from .ports import RunEvents, RunStore
 from .renewer import LeaseRenewer
@@ -44,7 +45,9 @@ class ClusterRunStores:
 
 
 class StoreLane:
-    """The batched statements of one cluster: ``claims``, ``completions`` and ``leases``."""
+    """The batched statements of one cluster: ``claims``, ``completions``, ``leases`` and
+    ``unclaims`` (the claims ahead given back at a stop). A claim statement's database time is
+    a sample for ``due_clock``."""
 
     def __init__(
         self,
@@ -56,13 +59,22 @@ class StoreLane:
         timeout: float,
         monotonic: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime],
+        due_clock: DueClock,
         metrics: WorkerMetrics | None = None,
     ) -> None:
-        def claim(requests: Sequence[ClaimRequest]) -> list[Claim | None]:
+        def claim(requests: Sequence[ClaimRequest]) -> list[Claim | ClaimDeferred | None]:
             claims = store.runs_claim_batch(worker, requests)
+            for made in claims.values():
+                if isinstance(made, Claim):
+                    due_clock.observe(made.claimed_at)  # one now() per statement: one sample
+                    break
             if metrics is not None:
                 metrics.count_claims(len(claims))  # per statement, never per run
             return [claims.get(request.lease_token) for request in requests]
+
+        def unclaim(unclaims: Sequence[Unclaim]) -> list[bool]:
+            given_back = store.runs_unclaim_batch(unclaims)
+            return [u.lease_token in given_back for u in unclaims]
 
         def complete(ends: Sequence[AttemptEnd]) -> list[bool]:
             accepted = store.runs_complete_batch(worker, ends)
@@ -71,25 +83,42 @@ class StoreLane:
                 metrics.count_ends(ends, results)  # per statement, never per run
             return results
 
-        self.claims: StatementBatcher[ClaimRequest, Claim | None] = StatementBatcher(
-            claim, calls, timeout=timeout
+        self.claims: StatementBatcher[ClaimRequest, Claim | ClaimDeferred | None] = (
+            StatementBatcher(claim, calls, timeout=timeout)
+        )
+        self.unclaims: StatementBatcher[Unclaim, bool] = StatementBatcher(
+            unclaim, calls, timeout=timeout
         )
         self.completions: StatementBatcher[AttemptEnd, bool] = StatementBatcher(
             complete, calls, timeout=timeout
         )
+
+        def probe_clock() -> None:
+            # The sample is taken on the database thread, right after the answer: a claim's
+            # now() is the start of a statement that may take long in a spike, this is not.
+            due_clock.observe(store.db_clock())
+
+        self._probe_clock = probe_clock
+        self._calls, self._timeout = calls, timeout
         self.leases = LeaseRenewer(
             store=store, events=events, calls=calls, worker=worker, monotonic=monotonic, now=now
         )
 
+    async def probe_clock(self) -> None:
+        """Read the database clock once, for the due clock (raises what the call raises)."""
+        await self._calls.call(self._timeout, self._probe_clock)
+
     def start(self) -> None:
         self.claims.start()
         self.completions.start()
+        self.unclaims.start()
         self.leases.start()
 
     async def stop(self) -> None:
         await self.leases.stop()
         await self.claims.stop()
         await self.completions.stop()
+        await self.unclaims.stop()
 
 
 def build_lanes(

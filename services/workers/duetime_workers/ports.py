@@ -14,7 +14,7 @@ from typing import Protocol
 
 from duetime.events import RunHeartbeat, RunResult
 from duetime.model import RunEvent
-from duetime.store import AttemptEnd, Claim, ClaimRequest, LeaseRenewal
+from duetime.store import AttemptEnd, Claim, ClaimDeferred, ClaimRequest, LeaseRenewal, Unclaim
 
 from .outcome import AttemptOutcome
 
@@ -22,7 +22,7 @@ __all__ = ["RunEvents", "RunStore", "TargetExecutor"]
 
 
 class RunStore(Protocol):
-    """The worker's three fenced statements, each for a whole batch (duetime/store/sql/worker.sql).
+    """The worker's fenced statements, each for a whole batch (duetime/store/sql/worker.sql).
 
     Every method is all-or-nothing for its batch and decides each row on its own; a call retried
     with the same lease tokens after a lost reply recognises its own earlier effect.
@@ -30,8 +30,18 @@ class RunStore(Protocol):
 
     def runs_claim_batch(
         self, worker: str, requests: Sequence[ClaimRequest]
-    ) -> dict[uuid.UUID, Claim]:
-        """Successful claims by lease token; a request missing from the result claimed nothing."""
+    ) -> dict[uuid.UUID, Claim | ClaimDeferred]:
+        """Successful claims by lease token; a request missing from the result claimed nothing;
+        a claim ahead that must wait for the due instant is ``DEFERRED``."""
+        ...
+
+    def runs_unclaim_batch(self, unclaims: Sequence[Unclaim]) -> set[uuid.UUID]:
+        """Give back attempts claimed ahead that never started; the tokens given back."""
+        ...
+
+    def db_clock(self) -> datetime:
+        """The database clock right now (``clock_timestamp()``): a tight sample for the clock
+        that decides when a run claimed ahead starts."""
         ...
 
     def runs_renew_batch(self, renewals: Sequence[LeaseRenewal]) -> dict[uuid.UUID, datetime]:

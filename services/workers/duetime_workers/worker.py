@@ -6,7 +6,9 @@ Threads and the event loop divide the work by what blocks:
   their claims and completions into one statement per batch, and the lease renewer;
 - a **consumer thread** drives the runs.ready consumer (``ReadyConsumer``) and hands the records
   of each fetch to the loop in one ``call_soon_threadsafe``; a slot is taken per record and
-  released when its attempt task ends, which is what bounds the work in flight;
+  released when its attempt task ends, which is what bounds the work in flight. A run released
+  ahead of its due instant gives its slot back at once and waits on ``max_ahead`` instead
+  (docs/claim-ahead.md), so a spike's runs can all be claimed and waiting at the due instant;
 - a **producer thread** serves librdkafka delivery callbacks (``AsyncProducer``);
 - a **database pool** runs the blocking batch statements under deadlines (``BlockingCalls``).
 
@@ -80,6 +82,7 @@ class WorkerService:
         # Set when the stop is first requested: the entry point's stop deadline runs from here.
         self.stopping = threading.Event()
         self._slots = Slots(config.concurrency)
+        self._ahead = 0  # runs claimed (or being claimed) ahead that hold no slot
         self._tracker = OffsetTracker()
         self._tasks: set[asyncio.Task[AttemptReport]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -246,12 +249,18 @@ class WorkerService:
             for _ in batch:
                 self._slots.release()
             return
+        room = self.config.max_ahead - self._ahead
         for fetched in batch:
+            ahead = room > 0 and runner.until_due(fetched.run) > 0
+            if ahead:
+                room -= 1
+                self._ahead += 1
+                self._slots.release()
             task = asyncio.create_task(
                 runner.run(fetched.run, fetched.released_at, fetched.throttled_ms)
             )
             self._tasks.add(task)
-            task.add_done_callback(functools.partial(self._finished, fetched=fetched))
+            task.add_done_callback(functools.partial(self._finished, fetched=fetched, ahead=ahead))
 
     async def _sample_in_flight(self) -> None:
         """The in-flight gauge, set every ``_GAUGE_INTERVAL`` (not as each attempt starts)."""
@@ -272,14 +281,20 @@ class WorkerService:
                 event(
                     "worker.stats",
                     in_flight=len(self._tasks),
+                    ahead=self._ahead,
                     leases=runner.leases_held,
                     **runner.statements(),
                     **dict(delta),
                 )
 
-    def _finished(self, task: asyncio.Task[AttemptReport], *, fetched: Fetched) -> None:
+    def _finished(
+        self, task: asyncio.Task[AttemptReport], *, fetched: Fetched, ahead: bool
+    ) -> None:
         self._tasks.discard(task)
-        self._slots.release()
+        if ahead:
+            self._ahead -= 1
+        else:
+            self._slots.release()
         if task.cancelled():
             self.stats["cancelled"] += 1
             return  # not committed: the record is re-delivered after a restart

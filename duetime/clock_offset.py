@@ -25,6 +25,10 @@ read from a backlog (after a restart, or from a planner batch that took long bet
 database ``now()`` and the send) carry large differences; they never lower the minimum, so they
 do no harm.
 
+A worker judges a run claimed ahead of its due instant the same way: its samples are the claim
+statements' database ``now()`` against this host's clock when the answer is back
+(``duetime_workers.due_clock``).
+
 Small estimates are not corrected (``threshold``, default 50 ms): on one host the true offset is
 zero and the estimate is just the smallest transit; correcting it would only add lateness.
 
