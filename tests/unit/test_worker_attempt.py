@@ -62,8 +62,15 @@ class FakeEvents:
 class FakeTargets:
     """Returns ``outcome``; with ``hold`` it waits until released (or cancelled)."""
 
-    def __init__(self, outcome: AttemptOutcome | Exception, hold: bool = False) -> None:
+    def __init__(
+        self, outcome: AttemptOutcome | Exception, hold: bool = False, took: float = 0.0
+    ) -> None:
         self.outcome = outcome
+        self.took = took  # seconds each execution takes
+        self.running = 0
+        self.most_running = 0
+        self.completions_seen: list[int] = []  # completions written when each execution began
+        self.store: FakeStore | None = None
         self.calls: list[int] = []
         self.started_at: list[datetime] = []
         self.fencing_tokens: list[int] = []
@@ -74,6 +81,15 @@ class FakeTargets:
 
     async def execute(self, run: RunEvent, claim: Claim) -> AttemptOutcome:
         self.started_at.append(datetime.now(UTC))
+        if self.store is not None:
+            self.completions_seen.append(len(self.store.completions))
+        self.running += 1
+        self.most_running = max(self.most_running, self.running)
+        try:
+            if self.took:
+                await asyncio.sleep(self.took)
+        finally:
+            self.running -= 1
         self.calls.append(claim.attempt)
         self.fencing_tokens.append(claim.fencing_token)
         self.started.set()
@@ -523,3 +539,44 @@ async def test_a_run_of_a_job_with_an_overlap_policy_is_claimed_at_its_due_insta
     report = await attempt
     assert report.status == "succeeded" and store.claim_calls == 2
     assert targets.started_at[0] >= run.due_at
+
+
+async def test_runs_claimed_ahead_start_through_a_gate_of_concurrency_permits(
+    calls: BlockingCalls,
+) -> None:
+    """Six runs due at the same instant, two permits: never more than two execute at once,
+    every one starts at or after its due instant, and the last permit comes back."""
+    store, events, targets = FakeStore(), FakeEvents(), FakeTargets(OK, took=0.05)
+    due = datetime.now(UTC) + timedelta(seconds=0.3)
+    runs = []
+    for _ in range(6):
+        run = replace(_run(lease_s=30, hb_s=10), scheduled_for=due, due_at=due)
+        store.runs[run.run_id] = FakeRun(due_at=due)
+        runs.append(run)
+    runner = _runner(store, events, targets, calls, concurrency=2)
+    reports = await asyncio.gather(*(runner.run(run) for run in runs))
+    assert [r.status for r in reports] == ["succeeded"] * 6
+    assert targets.most_running == 2
+    assert min(targets.started_at) >= due
+    assert runner._permits == 2 and not runner._due
+
+
+async def test_completions_of_runs_claimed_ahead_wait_for_their_wave_to_go_out(
+    calls: BlockingCalls,
+) -> None:
+    """One permit, three runs due together: the target calls go first, the completions after
+    the last of them has started."""
+    store, events = FakeStore(), FakeEvents()
+    targets = FakeTargets(OK, took=0.1)
+    targets.store = store
+    due = datetime.now(UTC) + timedelta(seconds=0.3)
+    runs = []
+    for _ in range(3):
+        run = replace(_run(lease_s=30, hb_s=10), scheduled_for=due, due_at=due)
+        store.runs[run.run_id] = FakeRun(due_at=due)
+        runs.append(run)
+    runner = _runner(store, events, targets, calls, concurrency=1)
+    reports = await asyncio.gather(*(runner.run(run) for run in runs))
+    assert [r.status for r in reports] == ["succeeded"] * 3
+    assert targets.completions_seen == [0, 0, 0]
+    assert len(store.completions) == 3

@@ -105,6 +105,8 @@ _CLAIM_RETRY_MAX = 5.0
 _COMPLETE_RETRY_FIRST = 0.1
 _COMPLETE_RETRY_MAX = 1.0
 _CLOCK_PROBE_INTERVAL = 10.0
+# The longest the completion of a run claimed ahead waits for its wave (``_after_wave``).
+_WAVE_HOLD = 2.0
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,8 @@ class AttemptRunner:
         # The due gate (``_wait_until_due``): free permits, and the due runs waiting for one.
         self._permits = config.concurrency
         self._due: collections.deque[asyncio.Future[bool]] = collections.deque()
+        # Resolved when the gate empties: the completions of runs claimed ahead wait for it.
+        self._wave: asyncio.Future[None] | None = None
         timeout = config.db_call_timeout.total_seconds()
         self.due_clock = DueClock(now)
         self._clock_probe: asyncio.Task[None] | None = None
@@ -228,6 +232,7 @@ class AttemptRunner:
         """Stop every attempt that is executing and hand its run back (retried at once); give
         back the runs claimed ahead that are not due yet."""
         self._handing_back = True
+        _settle(self._wave)
         for waiter in self._waiting:
             if not waiter.done():
                 waiter.set_result(False)
@@ -286,6 +291,7 @@ class AttemptRunner:
         ahead, holding one of the due gate's permits until its execution ends."""
         ctx = _context(run, claim.attempt)
         event("run.claimed", logging.DEBUG, **ctx, target_service=run.target_service)
+        claimed_ahead = gated
         try:
             lease = lane.leases.hold(run, claim, sent_at)
             try:
@@ -301,6 +307,12 @@ class AttemptRunner:
         finally:
             if gated:
                 self._pass_permit()
+        if (
+            claimed_ahead
+            and self._due
+            and lease.clock.remaining(self._monotonic()) > _WAVE_HOLD * 4
+        ):
+            await self._after_wave()
         if outcome == "lost":
             self._announce(run, claim, "fenced", UNKNOWN_STATE, "lease lost")
             return AttemptReport("lease_lost")
@@ -415,6 +427,22 @@ class AttemptRunner:
                 waiter.set_result(True)
                 return
         self._permits += 1
+        _settle(self._wave)  # nothing waits in the gate: the wave is over
+
+    async def _after_wave(self) -> None:
+        """Wait until no due run waits in the gate, for ``_WAVE_HOLD`` at most.
+
+        A run claimed ahead writes its completion (and announces its result) after the wave of
+        runs due with it has gone out: at the due instant of a spike the target calls come
+        first, and the database and the bus get the completions right after. Under a long
+        overload they go out every ``_WAVE_HOLD``, in bursts; the hold is skipped for a lease
+        too short to wait that long."""
+        wave = self._wave
+        if wave is None or wave.done():
+            loop = asyncio.get_running_loop()
+            wave = self._wave = loop.create_future()
+            loop.call_later(_WAVE_HOLD, _settle, wave)
+        await wave
 
     async def _give_back(self, lane: StoreLane, run: RunEvent, claim: Claim) -> AttemptReport:
         """The worker stops before the due instant of a run it claimed ahead: unclaim it."""
@@ -621,6 +649,11 @@ class AttemptRunner:
                 status_code=status_code,
             )
         )
+
+
+def _settle(wave: asyncio.Future[None] | None) -> None:
+    if wave is not None and not wave.done():
+        wave.set_result(None)
 
 
 def _describe(exc: BaseException) -> str:

@@ -90,6 +90,7 @@ class LeaseRenewer:
         self._now = now
         self._leases: set[HeldLease] = set()
         self._wake = asyncio.Event()
+        self._wake_at = 0.0  # when the loop plans to look again (monotonic; 0: it will look)
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0  # renewal statements sent
 
@@ -103,8 +104,12 @@ class LeaseRenewer:
                 await self._task
 
     def hold(self, run: RunEvent, claim: Claim, sent_at: float) -> HeldLease:
-        """Start keeping ``claim`` alive; its lease counts from ``sent_at`` (monotonic)."""
+        """Start keeping ``claim`` alive; its lease counts from ``sent_at`` (monotonic; for a
+        claim ahead, the due instant). It is announced a second after it is held if its
+        attempt still runs then (a run claimed ahead may be held well after its due instant,
+        when the due gate lets it through)."""
         interval = effective_heartbeat_interval(run.lease, run.heartbeat_interval).total_seconds()
+        announce_at = max(sent_at, self._monotonic()) + _FIRST_ANNOUNCEMENT
         lease = HeldLease(
             run=run,
             claim=claim,
@@ -112,10 +117,13 @@ class LeaseRenewer:
             interval=interval,
             next_at=sent_at + interval,
             lost=asyncio.get_running_loop().create_future(),
-            announce_at=sent_at + _FIRST_ANNOUNCEMENT,
+            announce_at=announce_at,
         )
         self._leases.add(lease)
-        self._wake.set()
+        # Wake the loop only if this lease needs it sooner than it planned to wake: a spike
+        # holds leases by the thousand, and each wake looks at every lease held.
+        if min(lease.next_at, lease.clock.deadline, announce_at) < self._wake_at:
+            self._wake.set()
         return lease
 
     def release(self, lease: HeldLease) -> None:
@@ -131,10 +139,13 @@ class LeaseRenewer:
     async def _serve(self) -> None:
         while True:
             self._wake.clear()
-            wait = self._until_next(self._monotonic())
+            now = self._monotonic()
+            wait = self._until_next(now)
             if wait > 0:
+                self._wake_at = now + wait
                 await wait_event(self._wake, wait)
                 continue
+            self._wake_at = 0.0  # a round runs: the look after it sees what is held meanwhile
             await self.run_once()
 
     def _until_next(self, now: float) -> float:
