@@ -541,18 +541,24 @@ async def test_a_run_of_a_job_with_an_overlap_policy_is_claimed_at_its_due_insta
     assert targets.started_at[0] >= run.due_at
 
 
+def _due_together(store: FakeStore, count: int) -> tuple[datetime, list[RunEvent]]:
+    """``count`` runs due together 0.3 s from now, released ahead, with 30 s leases."""
+    due = datetime.now(UTC) + timedelta(seconds=0.3)
+    runs = []
+    for _ in range(count):
+        run = replace(_run(lease_s=30, hb_s=10), scheduled_for=due, due_at=due)
+        store.runs[run.run_id] = FakeRun(due_at=due)
+        runs.append(run)
+    return due, runs
+
+
 async def test_runs_claimed_ahead_start_through_a_gate_of_concurrency_permits(
     calls: BlockingCalls,
 ) -> None:
     """Six runs due at the same instant, two permits: never more than two execute at once,
     every one starts at or after its due instant, and the last permit comes back."""
     store, events, targets = FakeStore(), FakeEvents(), FakeTargets(OK, took=0.05)
-    due = datetime.now(UTC) + timedelta(seconds=0.3)
-    runs = []
-    for _ in range(6):
-        run = replace(_run(lease_s=30, hb_s=10), scheduled_for=due, due_at=due)
-        store.runs[run.run_id] = FakeRun(due_at=due)
-        runs.append(run)
+    due, runs = _due_together(store, 6)
     runner = _runner(store, events, targets, calls, concurrency=2)
     reports = await asyncio.gather(*(runner.run(run) for run in runs))
     assert [r.status for r in reports] == ["succeeded"] * 6
@@ -569,12 +575,7 @@ async def test_completions_of_runs_claimed_ahead_wait_for_their_wave_to_go_out(
     store, events = FakeStore(), FakeEvents()
     targets = FakeTargets(OK, took=0.1)
     targets.store = store
-    due = datetime.now(UTC) + timedelta(seconds=0.3)
-    runs = []
-    for _ in range(3):
-        run = replace(_run(lease_s=30, hb_s=10), scheduled_for=due, due_at=due)
-        store.runs[run.run_id] = FakeRun(due_at=due)
-        runs.append(run)
+    _, runs = _due_together(store, 3)
     runner = _runner(store, events, targets, calls, concurrency=1)
     reports = await asyncio.gather(*(runner.run(run) for run in runs))
     assert [r.status for r in reports] == ["succeeded"] * 3
