@@ -282,6 +282,7 @@ class WorkerService:
                     "worker.stats",
                     in_flight=len(self._tasks),
                     ahead=self._ahead,
+                    clock_offset_ms=runner.due_clock.estimate_ms,
                     leases=runner.leases_held,
                     **runner.statements(),
                     **dict(delta),
