@@ -86,9 +86,9 @@ async def _loopback(host: str, port: int) -> list[IPAddress]:
     return [ipaddress.ip_address("127.0.0.1")]
 
 
-def _client(max_connections: int = 8) -> Http1Client:
+def _client(max_connections: int = 8, *, allow_private: bool = True) -> Http1Client:
     return Http1Client(
-        GuardedResolver(allow_private=True, resolver=_loopback),
+        GuardedResolver(allow_private=allow_private, resolver=_loopback),
         max_connections=max_connections,
         ssl_context=ssl.create_default_context(),
     )
@@ -304,11 +304,7 @@ async def test_every_address_of_a_host_is_tried_in_order(serve: Serve) -> None:
 
 async def test_the_ssrf_policy_refuses_before_any_connection(serve: Serve) -> None:
     state = await serve(lambda c, i, h: OK)
-    client = Http1Client(
-        GuardedResolver(allow_private=False, resolver=_loopback),
-        max_connections=2,
-        ssl_context=ssl.create_default_context(),
-    )
+    client = _client(2, allow_private=False)
     try:
         with pytest.raises(TargetRefused):
             await client.request("GET", URL(f"http://svc.test:{state.port}/"), [], None)
@@ -330,3 +326,33 @@ async def test_a_body_that_never_ends_costs_its_connection_not_a_leak(
     finally:
         await client.aclose()
     assert state.connections == 2
+
+
+async def test_connections_opened_ahead_serve_the_first_requests(serve: Serve) -> None:
+    """A warm-up opens connections until as many as asked are idle (at most the idle cap), and
+    the requests that follow use them instead of connecting."""
+    state = await serve(lambda c, i, h: OK)
+    client = _client(max_connections=4)
+    try:
+        assert await client.prewarm(_url(state), 3) == 3
+        assert await client.prewarm(_url(state), 3) == 0  # already idle
+        assert await client.prewarm(_url(state), 10) == 1  # the idle cap
+        responses = await asyncio.gather(
+            *(client.request("GET", _url(state), [], None) for _ in range(4))
+        )
+        assert [r.status for r in responses] == [200] * 4
+    finally:
+        await client.aclose()
+    assert state.connections == 4
+
+
+async def test_a_warm_up_the_policy_refuses_opens_nothing_and_raises_nothing(
+    serve: Serve,
+) -> None:
+    state = await serve(lambda c, i, h: OK)
+    client = _client(2, allow_private=False)
+    try:
+        assert await client.prewarm(URL(f"http://svc.test:{state.port}/"), 2) == 0
+    finally:
+        await client.aclose()
+    assert state.connections == 0

@@ -79,6 +79,9 @@ class FakeTargets:
         self.cancelled = False
         self._hold = hold
 
+    async def prewarm(self, run: RunEvent, count: int) -> int:
+        return 0
+
     async def execute(self, run: RunEvent, claim: Claim) -> AttemptOutcome:
         self.started_at.append(datetime.now(UTC))
         if self.store is not None:
@@ -360,6 +363,9 @@ class _StallingTargets(FakeTargets):
     def __init__(self, stall_s: float) -> None:
         super().__init__(OK)
         self._stall_s = stall_s
+
+    async def prewarm(self, run: RunEvent, count: int) -> int:
+        return 0
 
     async def execute(self, run: RunEvent, claim: Claim) -> AttemptOutcome:
         time.sleep(self._stall_s)  # noqa: ASYNC251 - the point: the whole loop stalls

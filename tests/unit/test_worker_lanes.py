@@ -51,6 +51,9 @@ class GatedTargets:
     def __init__(self, gates: dict[str, asyncio.Event] | None = None) -> None:
         self.gates = gates or {}
 
+    async def prewarm(self, run: RunEvent, count: int) -> int:
+        return 0
+
     async def execute(self, run: RunEvent, claim: Claim) -> AttemptOutcome:
         gate = self.gates.get(run.job_id)
         if gate is not None:

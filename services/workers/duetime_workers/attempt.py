@@ -107,6 +107,9 @@ _COMPLETE_RETRY_MAX = 1.0
 _CLOCK_PROBE_INTERVAL = 10.0
 # The longest the completion of a run claimed ahead waits for its wave (``_after_wave``).
 _WAVE_HOLD = 2.0
+# How long before a wave of runs claimed ahead is due its connections are opened (``_expect``):
+# close enough that servers with short keep-alive timeouts (5 s is common) keep them open.
+_WARM_AHEAD = 1.0
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,10 @@ class AttemptRunner:
         self._due: collections.deque[asyncio.Future[bool]] = collections.deque()
         # Resolved when the gate empties: the completions of runs claimed ahead wait for it.
         self._wave: asyncio.Future[None] | None = None
+        self._concurrency = config.concurrency
+        # Warm-ups to come (``_expect``): (target URL, due second) -> [a run, runs expected].
+        self._expected: dict[tuple[str, int], list[Any]] = {}
+        self._warming: set[asyncio.Task[int]] = set()
         timeout = config.db_call_timeout.total_seconds()
         self.due_clock = DueClock(now)
         self._clock_probe: asyncio.Task[None] | None = None
@@ -240,6 +247,8 @@ class AttemptRunner:
             execution.cancel()  # nothing if it is done already
 
     async def stop(self) -> None:
+        for task in list(self._warming):
+            task.cancel()
         if self._clock_probe is not None:
             self._clock_probe.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -280,6 +289,7 @@ class AttemptRunner:
         # The lease counts from the due instant: the claim's database time plus what was left
         # until due (the statement's lease minus the lease), so the local one too.
         sent_at += max(0.0, (claim.lease_expires_at - claim.claimed_at - run.lease).total_seconds())
+        self._expect(run)
         if not await self._wait_until_due(run):
             return await self._give_back(lane, run, claim)
         return await self._attempt(lane, run, claim, sent_at, gated=True)
@@ -443,6 +453,35 @@ class AttemptRunner:
             wave = self._wave = loop.create_future()
             loop.call_later(_WAVE_HOLD, _settle, wave)
         await wave
+
+    def _expect(self, run: RunEvent) -> None:
+        """A run claimed ahead: the connections its wave needs are opened ``_WARM_AHEAD``
+        before it is due (one warm-up per target URL and due second, for as many runs as
+        were claimed for it by then, at most ``concurrency``), so that the first calls at the
+        due instant do not each wait for a handshake (measured: the first requests of a 20k
+        spike reached the target 0.1 s after the due instant, as 512 connections opened)."""
+        url = getattr(run.target, "url", None)
+        if url is None:
+            return  # not an HTTP target: nothing to open
+        key = (url, int(run.due_at.timestamp()))
+        expected = self._expected.get(key)
+        if expected is not None:
+            expected[1] += 1
+            return
+        self._expected[key] = [run, 1]
+        delay = max(0.0, self.until_due(run) - _WARM_AHEAD)
+        asyncio.get_running_loop().call_later(delay, self._warm, key)
+
+    def _warm(self, key: tuple[str, int]) -> None:
+        run, count = self._expected.pop(key)
+        task = asyncio.create_task(self._targets.prewarm(run, min(count, self._concurrency)))
+        self._warming.add(task)
+        task.add_done_callback(self._warmed)
+
+    def _warmed(self, task: asyncio.Task[int]) -> None:
+        self._warming.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            event("http.prewarm_failed", logging.WARNING, error=repr(task.exception()))
 
     async def _give_back(self, lane: StoreLane, run: RunEvent, claim: Claim) -> AttemptReport:
         """The worker stops before the due instant of a run it claimed ahead: unclaim it."""

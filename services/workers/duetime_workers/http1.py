@@ -20,6 +20,10 @@ What it does:
   byte (it closed an idle connection as we wrote): it is sent again once on a new connection.
   Every request duetime sends carries an ``Idempotency-Key``, the condition under which clients
   such as Go's ``net/http`` replay a request on that error.
+- **Warm-up** (``prewarm``): connections opened ahead of requests known to come, such as the
+  runs claimed ahead of a due instant (docs/claim-ahead.md), go to the idle pool, so the first
+  requests at the due instant do not each wait for a handshake. They count towards the idle
+  cap and its timeout like any idle connection.
 - **Bounded**: at most ``max_connections`` requests in flight, and at most as many idle
   connections, each closed after ``idle_timeout``. A response head over ``_MAX_HEAD`` bytes is a
   protocol error. The caller bounds the whole exchange with its own timeout; a cancelled exchange
@@ -249,6 +253,7 @@ class Http1Client:
         self._idle_timeout = idle_timeout
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._idle_count = 0
+        self._opening: dict[tuple[str, str, int], int] = {}  # warm-ups under way, per key
         self._closed = False
 
     async def request(
@@ -289,6 +294,31 @@ class Http1Client:
                     raise
             # The server closed an idle connection as we wrote to it: once more, on a new one.
             return await _exchange(await self._connect(key), request, head_only)
+
+    async def prewarm(self, url: URL, count: int) -> int:
+        """Open connections to ``url``'s host until ``count`` are idle for it (never beyond
+        the idle cap); returns how many were opened. A connection that cannot be opened is
+        not an error here: the request that needs it opens its own, and reports why not."""
+        host = url.raw_host
+        if self._closed or url.scheme not in _DEFAULT_PORTS or not host:
+            return 0
+        key = (url.scheme, host, url.port or _DEFAULT_PORTS[url.scheme])
+        opening = self._opening.get(key, 0)
+        idle = len(self._idle.get(key, ()))
+        wanted = min(count - idle, self._max - self._idle_count) - opening
+        if wanted <= 0:
+            return 0
+        self._opening[key] = opening + wanted
+        try:
+            opened = await asyncio.gather(
+                *(self._connect(key) for _ in range(wanted)), return_exceptions=True
+            )
+        finally:
+            self._opening[key] -= wanted
+        connections = [c for c in opened if isinstance(c, _Connection)]
+        for connection in connections:
+            self.release(connection)
+        return len(connections)
 
     def release(self, connection: _Connection) -> None:
         """A connection whose exchange is over, body dropped: keep it for the next request."""

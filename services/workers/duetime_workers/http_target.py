@@ -75,6 +75,14 @@ class HttpExecutor:
             )
         return url
 
+    async def prewarm(self, target: HttpTarget, count: int) -> int:
+        """Open up to ``count`` connections to the target's host ahead of its calls."""
+        try:
+            url = self._url(target)
+        except _InvalidTarget:
+            return 0  # its call fails, and says why
+        return await self._client.prewarm(url, count)
+
     async def execute(
         self,
         target: HttpTarget,

@@ -64,6 +64,11 @@ class RunEvents(Protocol):
 class TargetExecutor(Protocol):
     """Runs a run's target once. Never raises for target or network failures."""
 
+    async def prewarm(self, run: RunEvent, count: int) -> int:
+        """Prepare for ``count`` executions like ``run``'s due soon (open connections ahead);
+        returns how many connections were opened. Never raises for the target's failures."""
+        ...
+
     async def execute(self, run: RunEvent, claim: Claim) -> AttemptOutcome:
         """Execute ``run`` as the attempt ``claim`` granted: the target receives the claim's
         attempt and fencing token, not the ones the message asked for."""

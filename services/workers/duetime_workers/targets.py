@@ -19,6 +19,12 @@ class Targets:
         self._http = http
         self._kafka = kafka
 
+    async def prewarm(self, run: RunEvent, count: int) -> int:
+        """Connections opened ahead of ``count`` calls like ``run``'s (HTTP targets only)."""
+        if isinstance(run.target, HttpTarget):
+            return await self._http.prewarm(run.target, count)
+        return 0
+
     async def execute(self, run: RunEvent, claim: Claim) -> AttemptOutcome:
         target = run.target
         if isinstance(target, HttpTarget):
