@@ -131,6 +131,9 @@ class AttemptEnd:
     status_code: int | None = None
     retry_delay: timedelta = timedelta(0)
     lease: timedelta = timedelta(0)
+    # When the call started, for an attempt claimed ahead (its claim set its start to the due
+    # instant); None: the claim's time is the start.
+    started_at: datetime | None = None
 
 
 #: How long a buffer_one run waits before it is offered again (the outbox re-publishes it).
@@ -281,6 +284,7 @@ def complete_batch(conn: Connection, worker: str, ends: Sequence[AttemptEnd]) ->
             "status_codes": numbers(e.status_code for e in ends),
             "retry_delay_ms": numbers(e.retry_delay / _MS for e in ends),
             "lease_ms": numbers(int(e.lease / _MS) for e in ends),
+            "started_ats": instants(e.started_at for e in ends),
         },
     ).all()
     return {row.lease_token for row in rows}

@@ -13,7 +13,15 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from duetime.store import DEFERRED, Claim, ClaimRequest, LeaseRenewal, Store, Unclaim
+from duetime.store import (
+    DEFERRED,
+    AttemptEnd,
+    Claim,
+    ClaimRequest,
+    LeaseRenewal,
+    Store,
+    Unclaim,
+)
 from tests.fixtures.jobs import apply_http_job
 
 pytestmark = pytest.mark.integration
@@ -135,3 +143,29 @@ def test_a_claim_ahead_given_back_leaves_the_run_as_if_never_claimed(store: Stor
     claim = store.runs_claim_batch("w2", [again])[again.lease_token]
     assert isinstance(claim, Claim) and claim.attempt == 1
     assert [a.attempt for a in _rows(store, run[0])[1]] == [1]
+
+
+def test_the_completion_records_when_the_call_of_a_run_claimed_ahead_started(
+    store: Store,
+) -> None:
+    """The claim guessed the due instant; the due gate may have started the call later, and the
+    completion says when (the lateness the alerts and /v1/stats/lateness read)."""
+    apply_http_job(store, "ahead-start")
+    run = _run(store, "ahead-start", AHEAD)
+    request = _request(run, "ahead-start")
+    store.runs_claim_batch("w1", [request])
+    started = run[2] + timedelta(milliseconds=1500)
+    end = AttemptEnd(
+        run[0],
+        run[1],
+        1,
+        request.lease_token,
+        "succeeded",
+        "succeeded",
+        status_code=200,
+        started_at=started,
+    )
+    assert store.runs_complete_batch("w1", [end]) == {request.lease_token}
+    row, attempts = _rows(store, run[0])
+    assert row.started_at == started
+    assert [(a.attempt, a.started_at) for a in attempts] == [(1, started)]

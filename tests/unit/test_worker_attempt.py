@@ -504,6 +504,9 @@ async def test_a_run_released_ahead_is_claimed_at_once_and_started_at_its_due_in
     (started,) = targets.started_at
     assert started >= run.due_at
     assert store.claim_calls == 1 and len(store.completions) == 1
+    # The completion says when the call started (the claim could only guess the due instant).
+    recorded = store.completions[0].started_at
+    assert recorded is not None and run.due_at <= recorded <= started
 
 
 async def test_a_claim_ahead_is_not_fenced_before_its_lease_counts(

@@ -62,6 +62,8 @@ WHERE r.run_id = req.run_id AND r.scheduled_for = req.scheduled_for
 RETURNING r.lease_token, r.lease_expires_at;
 
 -- name: runs_complete_batch
+-- :started_ats is when the call of an attempt claimed ahead started (on the database clock, as the
+-- worker estimates it), NULL for the others: their claim's time is their start.
 -- End each attempt, fenced by its lease token: the new state is accepted only from the attempt
 -- that holds the lease. :states are 'succeeded', 'scheduled' (retry after the delay) or 'dead'.
 -- (A stopping worker hands an attempt back as 'scheduled' with no delay, outcome 'handed_back'.)
@@ -80,11 +82,15 @@ WITH req AS (
                          CAST(:states AS text[]), CAST(:outcomes AS text[]),
                          CAST(:errors AS text[]), CAST(:status_codes AS integer[]),
                          CAST(:retry_delay_ms AS double precision[]),
-                         CAST(:lease_ms AS bigint[]))
+                         CAST(:lease_ms AS bigint[]), CAST(:started_ats AS timestamptz[]))
         AS t(run_id, scheduled_for, attempt, lease_token, state, outcome, error, status_code,
-             retry_delay_ms, lease_ms)
+             retry_delay_ms, lease_ms, started_at)
 ), done AS (
     UPDATE runs r SET state = req.state,
+                      -- A run claimed ahead started when its call did, not at its due instant
+                      -- (the claim's guess): the first attempt's start is the run's.
+                      started_at = CASE WHEN req.started_at IS NOT NULL AND req.attempt = 1
+                          THEN req.started_at ELSE r.started_at END,
                       lease_token = CASE WHEN req.state = 'running' THEN r.lease_token END,
                       lease_expires_at = CASE WHEN req.state = 'running'
                           THEN now() + req.lease_ms * interval '1 millisecond' END,
@@ -107,8 +113,10 @@ WITH req AS (
     SET finished_at = CASE WHEN req.state = 'running' THEN NULL ELSE now() END,
         outcome = CASE WHEN req.state = 'running' THEN NULL ELSE req.outcome END,
         error = req.error, status_code = COALESCE(req.status_code, a.status_code),
+        started_at = COALESCE(req.started_at, a.started_at),
         duration_ms = CASE WHEN req.state = 'running' THEN NULL
-            ELSE (extract(epoch FROM now() - a.started_at) * 1000)::bigint END
+            ELSE (extract(epoch FROM now() - COALESCE(req.started_at, a.started_at))
+                  * 1000)::bigint END
     FROM req JOIN done ON done.lease_token = req.lease_token
     WHERE a.run_id = req.run_id AND a.attempt = req.attempt
 ), already AS (

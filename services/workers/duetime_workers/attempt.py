@@ -304,6 +304,9 @@ class AttemptRunner:
         claimed_ahead = gated
         try:
             lease = lane.leases.hold(run, claim, sent_at)
+            if claimed_ahead:
+                # Its claim put its start at the due instant; the gate may have kept it later.
+                lease.started_at = self.due_clock.db_now()
             try:
                 outcome = await self._execute_leased(run, claim, lease)
             finally:
@@ -640,6 +643,7 @@ class AttemptRunner:
             status_code=completion.status_code,
             retry_delay=completion.retry_delay,
             lease=run.lease if completion.state == "running" else timedelta(0),
+            started_at=lease.started_at,
         )
         pause = _COMPLETE_RETRY_FIRST
         while True:

@@ -56,6 +56,10 @@ class DueClock:
         correction_ms = self._offset.correction_ms
         return (due_at - self._now()).total_seconds() + correction_ms / 1000
 
+    def db_now(self) -> datetime:
+        """Now on the database clock, as well as this host can tell."""
+        return self._now() - self._offset.correction_ms * _MS
+
     @property
     def estimate_ms(self) -> int | None:
         """The offset estimate (this host minus the database, an upper bound), if any."""

@@ -67,6 +67,9 @@ class HeldLease:
     next_at: float
     lost: asyncio.Future[str] = field(repr=False)
     announce_at: float | None = None  # when to announce it unless a renewal has; None: announced
+    # When the call of an attempt claimed ahead started (database clock, as estimated); its
+    # completion records it as the attempt's start. None: the claim's time is the start.
+    started_at: datetime | None = None
 
 
 class LeaseRenewer:
