@@ -590,3 +590,19 @@ async def test_completions_of_runs_claimed_ahead_wait_for_their_wave_to_go_out(
     assert [r.status for r in reports] == ["succeeded"] * 3
     assert targets.completions_seen == [0, 0, 0]
     assert len(store.completions) == 3
+
+
+async def test_a_stopping_worker_hands_back_a_wave_at_once(calls: BlockingCalls) -> None:
+    """The first of three runs due together executes, the others wait in the gate: at the
+    hand-back the waiting ones are given back (unclaimed), the executing one is cancelled and
+    handed back, and its completion is not held for a wave that will not go out."""
+    store, events = FakeStore(), FakeEvents()
+    targets = FakeTargets(OK, hold=True)
+    _, runs = _due_together(store, 3)
+    runner = _runner(store, events, targets, calls, concurrency=1)
+    attempts = [asyncio.create_task(runner.run(run)) for run in runs]
+    await asyncio.wait_for(targets.started.wait(), 5)
+    runner.hand_back()
+    done, _ = await asyncio.wait(attempts, timeout=1.0)  # the wave hold would be 2 s
+    assert len(done) == 3
+    assert sorted(t.result().status for t in done) == ["given_back", "given_back", "handed_back"]
