@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterable
 from datetime import datetime
 
-__all__ = ["instants", "numbers", "uuids"]
+__all__ = ["flags", "instants", "numbers", "uuids"]
 
 
 def uuids(values: Iterable[uuid.UUID]) -> str:
@@ -28,3 +28,7 @@ def instants(values: Iterable[datetime | None]) -> str:
 def numbers(values: Iterable[int | float | None]) -> str:
     """Integers or finite floats; None becomes NULL."""
     return "{" + ",".join("NULL" if v is None else repr(v) for v in values) + "}"
+
+
+def flags(values: Iterable[bool]) -> str:
+    return "{" + ",".join("t" if v else "f" for v in values) + "}"

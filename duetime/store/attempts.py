@@ -21,7 +21,7 @@ from sqlalchemy import Connection
 
 from duetime.fencing import claimed_token
 
-from .arrays import instants, numbers, uuids
+from .arrays import flags, instants, numbers, uuids
 from .queries import query
 
 __all__ = [
@@ -78,9 +78,10 @@ class ClaimRequest:
     throttled_ms: int | None = None
     # The run's job, for its overlap policy; None: claim without looking (tools, tests).
     job_id: str | None = None
-    # Claimed ahead of its due instant (docs/claim-ahead.md): its lease counts from the due
-    # instant, and a run of a job with an overlap policy is not claimed (DEFERRED) because
-    # whether its job is busy can only be decided at the due instant.
+    # Claimed ahead of its due instant (docs/claim-ahead.md): its lease and start count from the
+    # due instant (from now otherwise, whenever the run is due), and a run of a job with an
+    # overlap policy is not claimed (DEFERRED): whether its job is busy can only be decided at
+    # the due instant.
     ahead: bool = False
 
 
@@ -223,6 +224,7 @@ def _claim(
             "lease_ms": numbers(int(r.lease / _MS) for r in requests),
             "released_ats": instants(r.released_at for r in requests),
             "throttled_ms": numbers(r.throttled_ms for r in requests),
+            "aheads": flags(r.ahead for r in requests),
         },
     ).all()
     return {

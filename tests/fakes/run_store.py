@@ -82,7 +82,7 @@ class FakeStore:
             claims: dict[uuid.UUID, Claim | ClaimDeferred] = {}
             for req in requests:
                 run = self.run(req.run_id)
-                starts = now if run.due_at is None else max(now, run.due_at)
+                starts = max(now, run.due_at) if req.ahead and run.due_at else now
                 if run.state == "running" and run.token == req.lease_token:
                     claims[req.lease_token] = Claim(
                         run.attempt, run.token, starts + req.lease, now, run.progress

@@ -96,9 +96,11 @@ def test_a_claim_ahead_counts_its_lease_and_start_from_the_due_instant(store: St
     assert renewed == {request.lease_token: run[2] + LEASE}
 
 
-def test_a_claim_at_or_after_the_due_instant_counts_from_now(store: Store) -> None:
+@pytest.mark.parametrize("due_in", [-timedelta(seconds=5), AHEAD])
+def test_a_claim_that_is_not_ahead_counts_from_now(store: Store, due_in: timedelta) -> None:
+    """Due already, or due later but not claimed as ahead (a tool, a test): from now."""
     apply_http_job(store, "ahead-due")
-    run = _run(store, "ahead-due", -timedelta(seconds=5))
+    run = _run(store, "ahead-due", due_in)
     request = _request(run, "ahead-due", ahead=False)
     claim = store.runs_claim_batch("w1", [request])[request.lease_token]
     assert isinstance(claim, Claim)

@@ -9,19 +9,23 @@
 -- snapshot the `ours` branch reads is from before this statement, so it never repeats a row
 -- claimed just now). The run's progress is kept, and returned: it is what an earlier attempt
 -- (an async target, docs/targets.md) reported, the next attempt's resume data.
--- A run claimed ahead of its due instant (docs/claim-ahead.md) starts at due_at: its lease and
--- its start count from then, not from the claim.
+-- A run claimed ahead of its due instant (:aheads, docs/claim-ahead.md) starts at due_at: its
+-- lease and its start count from then, not from the claim. Any other claim counts from now,
+-- whenever the run is due.
 WITH req AS (
     SELECT * FROM unnest(CAST(:run_ids AS uuid[]), CAST(:scheduled_fors AS timestamptz[]),
                          CAST(:attempts AS integer[]), CAST(:lease_tokens AS uuid[]),
                          CAST(:lease_ms AS bigint[]), CAST(:released_ats AS timestamptz[]),
-                         CAST(:throttled_ms AS bigint[]))
-        AS t(run_id, scheduled_for, attempt, lease_token, lease_ms, released_at, throttled_ms)
+                         CAST(:throttled_ms AS bigint[]), CAST(:aheads AS boolean[]))
+        AS t(run_id, scheduled_for, attempt, lease_token, lease_ms, released_at, throttled_ms,
+             ahead)
 ), claimed AS (
     UPDATE runs r SET state = 'running', attempt = req.attempt, lease_token = req.lease_token,
-                      lease_expires_at = GREATEST(now(), r.due_at)
-                          + req.lease_ms * interval '1 millisecond',
-                      worker = :worker, started_at = COALESCE(r.started_at, GREATEST(now(), r.due_at)),
+                      lease_expires_at = CASE WHEN req.ahead THEN GREATEST(now(), r.due_at)
+                          ELSE now() END + req.lease_ms * interval '1 millisecond',
+                      worker = :worker,
+                      started_at = COALESCE(r.started_at, CASE WHEN req.ahead
+                          THEN GREATEST(now(), r.due_at) ELSE now() END),
                       next_attempt_at = NULL, updated_at = now(), buffered_at = NULL,
                       released_at = COALESCE(req.released_at, r.released_at),
                       throttled_ms = COALESCE(req.throttled_ms, r.throttled_ms)
@@ -29,13 +33,14 @@ WITH req AS (
     WHERE r.run_id = req.run_id AND r.scheduled_for = req.scheduled_for
       AND r.state = 'scheduled' AND r.attempt = req.attempt - 1
     RETURNING r.run_id, r.scheduled_for, r.job_id, r.attempt, r.lease_token, r.lease_expires_at,
-              r.progress, r.due_at, req.released_at, req.throttled_ms
+              r.progress, r.due_at, req.released_at, req.throttled_ms, req.ahead
 ), attempt_rows AS (
     -- The attempt's own stamps (not the run's, which may be an earlier attempt's).
     INSERT INTO run_attempts (run_id, scheduled_for, attempt, job_id, worker, lease_token,
                               started_at, due_at, released_at, throttled_ms)
     SELECT run_id, scheduled_for, attempt, job_id, :worker, lease_token,
-           GREATEST(now(), due_at), due_at, released_at, throttled_ms
+           CASE WHEN ahead THEN GREATEST(now(), due_at) ELSE now() END, due_at, released_at,
+           throttled_ms
     FROM claimed
     ON CONFLICT (run_id, attempt) DO NOTHING
 ), ours AS (
