@@ -179,7 +179,6 @@ class AttemptRunner:
         self._due: collections.deque[asyncio.Future[bool]] = collections.deque()
         # Resolved when the gate empties: the completions of runs claimed ahead wait for it.
         self._wave: asyncio.Future[None] | None = None
-        self._concurrency = config.concurrency
         # Warm-ups to come (``_expect``): (target URL, due second) -> [a run, runs expected].
         self._expected: dict[tuple[str, int], list[Any]] = {}
         self._warming: set[asyncio.Task[int]] = set()
@@ -477,7 +476,7 @@ class AttemptRunner:
 
     def _warm(self, key: tuple[str, int]) -> None:
         run, count = self._expected.pop(key)
-        task = asyncio.create_task(self._targets.prewarm(run, min(count, self._concurrency)))
+        task = asyncio.create_task(self._targets.prewarm(run, min(count, self._config.concurrency)))
         self._warming.add(task)
         task.add_done_callback(self._warmed)
 

@@ -21,20 +21,16 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+from duetime.bus.run_headers import epoch_ms
 from duetime.clock_offset import ClockOffset
 
 __all__ = ["DueClock"]
 
 _MS = timedelta(milliseconds=1)
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-def _epoch_ms(instant: datetime) -> int:
-    return (instant - _EPOCH) // _MS
 
 
 class DueClock:
@@ -47,9 +43,9 @@ class DueClock:
 
     def observe(self, claimed_at: datetime) -> None:
         """A claim statement's database ``now()``, its answer just received."""
-        received_ms = _epoch_ms(self._now())
+        received_ms = epoch_ms(self._now())
         with self._lock:
-            self._offset.observe(received_ms, _epoch_ms(claimed_at))
+            self._offset.observe(received_ms, epoch_ms(claimed_at))
 
     def until(self, due_at: datetime) -> float:
         """Seconds until ``due_at`` on the database clock (negative: past)."""
