@@ -4,7 +4,6 @@ started, succeeded and dead runs are those the database holds."""
 from __future__ import annotations
 
 import contextlib
-import socket
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from duetime.cli.demo import DemoTarget, demo_jobs
 from duetime.store.jobs import jobs_apply
+from duetime_infra.ports import find_free_port
 
 from .pipeline import SERVICE_ARGS, TERMINAL, Pipeline
 
@@ -22,10 +22,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e")]
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    # Below the ephemeral range: a port there is never some connection's source port.
+    return find_free_port()
 
 
 def scrape(url: str) -> dict[str, float]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from duetime_infra.ports import find_free_port, port_is_free
 from tests.fixtures.terminal import as_from_a_terminal
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e")]
@@ -41,10 +42,13 @@ def _samples(url: str) -> dict[str, float]:
 
 
 def _free_base() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
+    """A base below the kernel's ephemeral range with the next few ports free too: inside that
+    range, an outgoing connection may take one of the services' ports as its source port between
+    ``up``'s probe and the service's bind (the API's /metrics once lost that race)."""
+    while True:
+        base = find_free_port()
+        if all(port_is_free(base + i, reuse_address=False) for i in range(1, 8)):
+            return base
 
 
 def test_up_prints_a_metrics_url_per_service_and_each_answers(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from duetime.bus.topics import TopicCatalog
 from duetime.errors import ConfigError
 from duetime.metrics import BatchHistogram, metrics_address, serve_metrics
 from duetime.store import AttemptEnd
+from duetime_infra.ports import find_free_port
 from duetime_planner.ingest import IngestStats
 from duetime_planner.metrics import PlannerMetrics
 from duetime_planner.planner import PlanStats
@@ -136,12 +137,8 @@ def test_every_consumer_group_and_its_topics() -> None:
 
 
 def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    # Below the ephemeral range: a port there is never some connection's source port.
+    return find_free_port()
 
 
 def test_planner_counts_a_round_from_its_stats() -> None:
