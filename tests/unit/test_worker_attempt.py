@@ -67,6 +67,8 @@ class FakeTargets:
     ) -> None:
         self.outcome = outcome
         self.took = took  # seconds each execution takes
+        self.took_each: list[float] = []  # or these, one per execution in call order
+        self.completions_at_end: list[int] = []  # completions written when each one ended
         self.running = 0
         self.most_running = 0
         self.completions_seen: list[int] = []  # completions written when each execution began
@@ -88,11 +90,14 @@ class FakeTargets:
             self.completions_seen.append(len(self.store.completions))
         self.running += 1
         self.most_running = max(self.most_running, self.running)
+        took = self.took_each.pop(0) if self.took_each else self.took
         try:
-            if self.took:
-                await asyncio.sleep(self.took)
+            if took:
+                await asyncio.sleep(took)
         finally:
             self.running -= 1
+            if self.store is not None:
+                self.completions_at_end.append(len(self.store.completions))
         self.calls.append(claim.attempt)
         self.fencing_tokens.append(claim.fencing_token)
         self.started.set()
@@ -590,6 +595,27 @@ async def test_completions_of_runs_claimed_ahead_wait_for_their_wave_to_go_out(
     assert [r.status for r in reports] == ["succeeded"] * 3
     assert targets.completions_seen == [0, 0, 0]
     assert len(store.completions) == 3
+
+
+async def test_the_wave_ends_when_the_last_execution_it_let_through_ends(
+    calls: BlockingCalls,
+) -> None:
+    """Two permits, four runs due together, the second call slow: the completions held for
+    the wave are written once that call has ended, not as soon as the gate is empty (the
+    completions waking all at once would delay a call just let through)."""
+    store, events = FakeStore(), FakeEvents()
+    targets = FakeTargets(OK)
+    targets.store = store
+    targets.took_each = [0.05, 0.4, 0.05, 0.05]
+    _, runs = _due_together(store, 4)
+    runner = _runner(store, events, targets, calls, concurrency=2)
+    reports = await asyncio.gather(*(runner.run(run) for run in runs))
+    assert [r.status for r in reports] == ["succeeded"] * 4
+    # In call order of their ends: the first (a run still waited in the gate: held), the
+    # third and the fourth (the gate empty: written at once), the slow second: the first's
+    # completion is still held when it ends (an empty gate alone released it before).
+    assert targets.completions_at_end == [0, 0, 1, 2]
+    assert len(store.completions) == 4
 
 
 async def test_a_stopping_worker_hands_back_a_wave_at_once(calls: BlockingCalls) -> None:
