@@ -72,7 +72,7 @@ from .config import WorkerConfig
 from .decision import Completion, decide, hand_back
 from .due_clock import DueClock
 from .lanes import ClusterRunStores, StoreLane, build_lanes
-from .logs import event
+from .logs import event, logger
 from .metrics import WorkerMetrics
 from .outcome import AttemptOutcome, OutcomeKind, retryable
 from .ports import RunEvents, RunStore, TargetExecutor
@@ -301,8 +301,9 @@ class AttemptRunner:
     ) -> AttemptReport:
         """Execute a claimed attempt under its lease and complete it. ``gated``: a run claimed
         ahead, holding one of the due gate's permits until its execution ends."""
-        ctx = _context(run, claim.attempt)
-        event("run.claimed", logging.DEBUG, **ctx, target_service=run.target_service)
+        if logger.isEnabledFor(logging.DEBUG):
+            ctx = _context(run, claim.attempt)
+            event("run.claimed", logging.DEBUG, **ctx, target_service=run.target_service)
         claimed_ahead = gated
         try:
             lease = lane.leases.hold(run, claim, sent_at)

@@ -14,6 +14,7 @@ needs, and not buffering it keeps a hostile target from filling the worker's mem
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -44,6 +45,22 @@ class _InvalidTarget(ValueError):
     pass
 
 
+# Remembered per URL: every call parses its target's, and a job's runs all call the same one.
+@functools.lru_cache(maxsize=1024)
+def _target_url(text: str) -> URL:
+    try:
+        url = URL(text)
+    except (ValueError, TypeError) as exc:
+        raise _InvalidTarget(f"invalid target: {exc}") from exc
+    if url.scheme not in _ALLOWED_SCHEMES or not url.host:
+        # The URL itself stays out of the message: it may carry a token in its query.
+        raise _InvalidTarget(
+            f"invalid target: only http(s) URLs with a host can be targets, "
+            f"not scheme {url.scheme!r}"
+        )
+    return url
+
+
 class HttpExecutor:
     """Calls HTTP targets with duetime's headers through the guarded client."""
 
@@ -63,17 +80,7 @@ class HttpExecutor:
         self._secrets = secrets
 
     def _url(self, target: HttpTarget) -> URL:
-        try:
-            url = URL(target.url)
-        except (ValueError, TypeError) as exc:
-            raise _InvalidTarget(f"invalid target: {exc}") from exc
-        if url.scheme not in _ALLOWED_SCHEMES or not url.host:
-            # The URL itself stays out of the message: it may carry a token in its query.
-            raise _InvalidTarget(
-                f"invalid target: only http(s) URLs with a host can be targets, "
-                f"not scheme {url.scheme!r}"
-            )
-        return url
+        return _target_url(target.url)
 
     async def prewarm(self, target: HttpTarget, count: int) -> int:
         """Open up to ``count`` connections to the target's host ahead of its calls."""

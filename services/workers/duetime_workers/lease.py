@@ -13,8 +13,9 @@ time is used so that wall-clock steps (NTP, a VM resume) cannot stretch the dead
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import lru_cache
 
 __all__ = ["LeaseClock", "effective_heartbeat_interval", "lease_margin"]
 
@@ -22,11 +23,14 @@ _MIN_MARGIN = timedelta(milliseconds=500)
 _MARGIN_FRACTION = 0.1
 
 
+# Cached: every attempt asks, and a spike's runs share a handful of lease lengths.
+@lru_cache(maxsize=256)
 def lease_margin(lease: timedelta) -> timedelta:
     """How long before the lease's end the worker gives up: 10% (at least 0.5 s, at most half)."""
     return min(max(lease * _MARGIN_FRACTION, _MIN_MARGIN), lease / 2)
 
 
+@lru_cache(maxsize=256)
 def effective_heartbeat_interval(lease: timedelta, requested: timedelta) -> timedelta:
     """The renewal period to use: ``requested`` unless it cannot keep the lease alive.
 
@@ -54,6 +58,11 @@ class LeaseClock:
     lease: timedelta
     margin: timedelta
     renewed_at: float
+    # lease - margin in seconds: the renewer reads every lease's deadline on each of its rounds.
+    _usable: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._usable = (self.lease - self.margin).total_seconds()
 
     @classmethod
     def start(cls, lease: timedelta, sent_at: float) -> LeaseClock:
@@ -62,7 +71,7 @@ class LeaseClock:
     @property
     def deadline(self) -> float:
         """Monotonic time after which the worker must consider the lease lost."""
-        return self.renewed_at + (self.lease - self.margin).total_seconds()
+        return self.renewed_at + self._usable
 
     def renewed(self, sent_at: float) -> None:
         """A renewal sent at ``sent_at`` succeeded. Out-of-order answers never move it back."""
