@@ -7,6 +7,7 @@ asyncio timers) while the tests stay fast; they wait on events, not on fixed sle
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 import uuid
@@ -69,6 +70,7 @@ class FakeTargets:
         self.took = took  # seconds each execution takes
         self.took_each: list[float] = []  # or these, one per execution in call order
         self.completions_at_end: list[int] = []  # completions written when each one ended
+        self.collector_on: list[bool] = []  # whether automatic collection was on at each start
         self.running = 0
         self.most_running = 0
         self.completions_seen: list[int] = []  # completions written when each execution began
@@ -86,6 +88,7 @@ class FakeTargets:
 
     async def execute(self, run: RunEvent, claim: Claim) -> AttemptOutcome:
         self.started_at.append(datetime.now(UTC))
+        self.collector_on.append(gc.isenabled())
         if self.store is not None:
             self.completions_seen.append(len(self.store.completions))
         self.running += 1
@@ -616,6 +619,23 @@ async def test_the_wave_ends_when_the_last_execution_it_let_through_ends(
     # completion is still held when it ends (an empty gate alone released it before).
     assert targets.completions_at_end == [0, 0, 1, 2]
     assert len(store.completions) == 4
+
+
+async def test_the_collector_waits_while_a_wave_goes_out(calls: BlockingCalls) -> None:
+    """More runs due together than permits: no automatic garbage collection from the due
+    instant until the wave is over, and on again after it; a run alone does not pause it."""
+    store, events = FakeStore(), FakeEvents()
+    targets = FakeTargets(OK, took=0.02)
+    _, runs = _due_together(store, 3)
+    runner = _runner(store, events, targets, calls, concurrency=1)
+    assert gc.isenabled()
+    reports = await asyncio.gather(*(runner.run(run) for run in runs))
+    assert [r.status for r in reports] == ["succeeded"] * 3
+    assert targets.collector_on == [False, False, False]
+    assert gc.isenabled()
+    (alone,) = _due_together(store, 1)[1]
+    assert (await runner.run(alone)).status == "succeeded"
+    assert targets.collector_on[-1] is True
 
 
 async def test_a_stopping_worker_hands_back_a_wave_at_once(calls: BlockingCalls) -> None:

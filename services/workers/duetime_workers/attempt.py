@@ -52,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import gc
 import logging
 import time
 import uuid
@@ -99,7 +100,6 @@ AttemptStatus = Literal[
 # The state recorded on a RunResult when this worker does not know it: it lost the lease, so
 # whoever holds the run now (the reaper, another worker) decides what the run becomes.
 UNKNOWN_STATE = "unknown"
-_CANCEL_WAIT = 5.0
 _CLAIM_RETRY_FIRST = 0.2
 _CLAIM_RETRY_MAX = 5.0
 _COMPLETE_RETRY_FIRST = 0.1
@@ -107,6 +107,8 @@ _COMPLETE_RETRY_MAX = 1.0
 _CLOCK_PROBE_INTERVAL = 10.0
 # The longest the completion of a run claimed ahead waits for its wave (``_after_wave``).
 _WAVE_HOLD = 2.0
+# The longest the cyclic garbage collector stays paused for a wave (``_pause_collector``).
+_COLLECTOR_PAUSE = 2.0
 # How long before a wave of runs claimed ahead is due its connections are opened (``_expect``):
 # close enough that servers with short keep-alive timeouts (5 s is common) keep them open.
 _WARM_AHEAD = 1.0
@@ -173,7 +175,7 @@ class AttemptRunner:
         # at once, and removing a future's callback scans all of its callbacks.
         self._handing_back = False
         self._waiting: set[asyncio.Future[bool]] = set()
-        self._executing: set[asyncio.Future[AttemptOutcome]] = set()
+        self._executing: set[Callable[[], None]] = set()  # each interrupts one call
         # The due gate (``_wait_until_due``): free permits, and the due runs waiting for one.
         self._permits = config.concurrency
         self._due: collections.deque[asyncio.Future[bool]] = collections.deque()
@@ -182,6 +184,8 @@ class AttemptRunner:
         # Resolved when the gate empties and every permit is back: the completions of runs
         # claimed ahead wait for it.
         self._wave: asyncio.Future[None] | None = None
+        # While a wave goes out, the collector waits (``_pause_collector``): when to resume.
+        self._collector_resume: asyncio.TimerHandle | None = None
         # Warm-ups to come (``_expect``): (target URL, due second) -> [a run, runs expected].
         self._expected: dict[tuple[str, int], list[Any]] = {}
         self._warming: set[asyncio.Task[int]] = set()
@@ -242,13 +246,15 @@ class AttemptRunner:
         back the runs claimed ahead that are not due yet."""
         self._handing_back = True
         _settle(self._wave)
+        self._resume_collector()
         for waiter in self._waiting:
             if not waiter.done():
                 waiter.set_result(False)
-        for execution in self._executing:
-            execution.cancel()  # nothing if it is done already
+        for interrupt in list(self._executing):
+            interrupt()
 
     async def stop(self) -> None:
+        self._resume_collector()
         for task in list(self._warming):
             task.cancel()
         if self._clock_probe is not None:
@@ -439,6 +445,26 @@ class AttemptRunner:
             return
         for waiter in self._at.pop(due_at, ()):
             self._on_due(waiter)
+        if self._due:
+            self._pause_collector()  # a wave: more due runs than permits
+
+    def _pause_collector(self) -> None:
+        """No automatic garbage collection until the wave is over (``_COLLECTOR_PAUSE`` at
+        most). A process holding a spike's runs claimed ahead has hundreds of thousands of
+        objects alive, and a young collection then took 20-75 ms: one in the middle of a
+        wave stopped every call of the process for that long (measured in a 20k HTTP
+        spike). What the wave makes, the collections after it find."""
+        if self._collector_resume is not None or not gc.isenabled():
+            return  # paused already, or the process runs without it on purpose
+        gc.disable()
+        loop = asyncio.get_running_loop()
+        self._collector_resume = loop.call_later(_COLLECTOR_PAUSE, self._resume_collector)
+
+    def _resume_collector(self) -> None:
+        if self._collector_resume is not None:
+            self._collector_resume.cancel()
+            self._collector_resume = None
+            gc.enable()
 
     def _on_due(self, waiter: asyncio.Future[bool]) -> None:
         if waiter.done():
@@ -464,6 +490,7 @@ class AttemptRunner:
             # just let through would start its call behind thousands of them (measured: the
             # last 30 calls of a 20k spike left 0.3 s late).
             _settle(self._wave)
+            self._resume_collector()
 
     async def _after_wave(self) -> None:
         """Wait until no due run waits in the gate and none it let through executes, for
@@ -531,44 +558,47 @@ class AttemptRunner:
         is stopping (either way the execution was cancelled)."""
         if self._handing_back:  # claimed while the worker stops: do not start the work
             return "handed_back"
-        execution = asyncio.ensure_future(self._targets.execute(run, claim))
+        # The target is called in this task, not in a task of its own (one task per call cost
+        # its creation and two more steps of the event loop, in a spike's every call): a lost
+        # lease or a hand-back cancels this task while, and only while, the call is under way.
+        task = asyncio.current_task()
+        assert task is not None
+        state = [True, False]  # [the call is under way, it was interrupted]
 
-        def interrupt(_: object) -> None:
-            execution.cancel()  # nothing if it is done already
+        def interrupt(_: object = None) -> None:
+            # Scheduled callbacks can run after the call ended: then there is nothing to stop.
+            if state[0] and not state[1]:
+                state[1] = True
+                task.cancel()
 
         # A callback and a set rather than asyncio.wait over the three: this runs once per
         # attempt, and a wait costs a waiter and three callbacks added and removed each time.
         lease.lost.add_done_callback(interrupt)
         executing = self._executing
-        executing.add(execution)
+        executing.add(interrupt)
         try:
-            await execution  # our own cancellation (a forced stop) cancels the execution too
+            try:
+                return await self._targets.execute(run, claim)
+            finally:
+                state[0] = False
+                lease.lost.remove_done_callback(interrupt)
+                executing.discard(interrupt)
         except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
+            # Ours (a lost lease, a hand-back), unless the task was cancelled from outside
+            # too (a forced stop): that one goes on.
+            if not state[1] or task.uncancel() > 0:
                 raise
-        except Exception:  # an executor bug: _outcome_of fails the attempt with it
-            pass
-        finally:
-            lease.lost.remove_done_callback(interrupt)
-            executing.discard(execution)
-        if execution.done() and not execution.cancelled():
-            return self._outcome_of(run, claim, execution)
-        await asyncio.wait({execution}, timeout=_CANCEL_WAIT)
+        except Exception as exc:  # an executor bug must not leave the run running
+            return self._executor_error(run, claim, exc)
         if not lease.lost.done():
             return "handed_back"
         reason = lease.lost.result()
         event("lease.lost", logging.WARNING, **_context(run, claim.attempt), reason=reason)
         return "lost"
 
-    def _outcome_of(
-        self, run: RunEvent, claim: Claim, task: asyncio.Future[AttemptOutcome]
-    ) -> AttemptOutcome:
-        error = task.exception()
-        if error is None:
-            return task.result()
-        # An executor bug must not leave the run running until its lease expires: fail the
-        # attempt (retryable, so a fixed worker gets another chance) and say why.
+    def _executor_error(self, run: RunEvent, claim: Claim, error: Exception) -> AttemptOutcome:
+        """An executor's bug fails the attempt (retryable, so a fixed worker gets another
+        chance), instead of leaving the run running until its lease expires, and says why."""
         event(
             "run.executor_error",
             logging.ERROR,
