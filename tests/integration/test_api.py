@@ -393,6 +393,7 @@ def test_trigger_and_backfill_create_runs_once(api: Api) -> None:
         ({"since": span["since"], "until": _iso(now + timedelta(hours=2))}, "until"),
         ({"since": "2025-01-01T00:00:00Z", "until": "2025-06-01T00:00:00Z"}, "until"),
         ({"since": "0001-01-01T00:00:00Z", "until": "0001-01-02T00:00:00Z"}, "since"),
+        ({"since": span["since"], "until": "0001-01-01T00:00:00+00:01"}, "until"),  # not in UTC
         ({"since": "2026-01-01T00:00:00", "until": span["until"]}, "since"),
         ({"until": span["until"]}, "since"),
     ):

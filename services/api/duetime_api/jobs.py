@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import UTC, timedelta
+from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request, Response
@@ -231,7 +231,7 @@ def backfill_job(request: Request, caller: Caller, job_id: str, body: BackfillIn
     1,000 occurrences and 31 days per call; ``until`` not in the future). Late runs go through the
     catch-up drain like the runs of an outage."""
     job_id = job_id_param(job_id)
-    since, until = body.since.astimezone(UTC), body.until.astimezone(UTC)
+    since, until = body.since, body.until  # in UTC already (``UtcInstant``)
     if since.year < 1970:
         raise InvalidInput("since", "must not be before 1970")
     if since >= until:

@@ -8,10 +8,10 @@ with the same messages. ``JOB_SCHEMA`` only describes it in the OpenAPI document
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
-from pydantic import AwareDatetime, BaseModel, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, Field
 
 __all__ = [
     "JOB_SCHEMA",
@@ -30,6 +30,7 @@ __all__ = [
     "ShardOut",
     "StateChangeOut",
     "TriggerOut",
+    "UtcInstant",
     "WhoAmIOut",
 ]
 
@@ -129,9 +130,20 @@ class TriggerOut(BaseModel):
     scheduled_for: datetime
 
 
+def _in_utc(value: datetime) -> datetime:
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+00:01, say: before year 1 in UTC
+        raise ValueError("instant out of range") from None
+
+
+# An instant with its offset, in UTC: one that UTC cannot hold is a bad request, not an error.
+UtcInstant = Annotated[AwareDatetime, AfterValidator(_in_utc)]
+
+
 class BackfillIn(BaseModel):
-    since: AwareDatetime = Field(description="first instant of the range (inclusive)")
-    until: AwareDatetime = Field(description="end of the range (exclusive), not in the future")
+    since: UtcInstant = Field(description="first instant of the range (inclusive)")
+    until: UtcInstant = Field(description="end of the range (exclusive), not in the future")
 
 
 class BackfillOut(BaseModel):

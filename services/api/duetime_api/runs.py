@@ -9,7 +9,6 @@ import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
-from pydantic import AwareDatetime
 
 from duetime.errors import NotFound
 from duetime.model import RunState
@@ -19,7 +18,7 @@ from duetime.store.fanout import each_tx, merge_newest_runs
 from .auth import Caller
 from .cursors import decode_run_cursor, encode_cursor
 from .errors import ERROR_RESPONSES, ApiError
-from .models import AttemptOut, RunDetailOut, RunOut, RunPage
+from .models import AttemptOut, RunDetailOut, RunOut, RunPage, UtcInstant
 from .params import tenant_param, text_param
 from .routing import run_store, stores_for
 
@@ -67,8 +66,8 @@ def list_runs(
     caller: Caller,
     job_id: str | None = None,
     state: Annotated[str | None, Query(pattern=_STATES)] = None,
-    since: Annotated[AwareDatetime | None, Query(description="scheduled_for >= since")] = None,
-    until: Annotated[AwareDatetime | None, Query(description="scheduled_for < until")] = None,
+    since: Annotated[UtcInstant | None, Query(description="scheduled_for >= since")] = None,
+    until: Annotated[UtcInstant | None, Query(description="scheduled_for < until")] = None,
     tenant: Annotated[str | None, Query(description="only this tenant's (admin)")] = None,
     cursor: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
