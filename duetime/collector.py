@@ -29,7 +29,17 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["collector_paused", "freeze_startup", "young_generation"]
+__all__ = ["collector_paused", "freeze_startup", "pause_collector", "young_generation"]
+
+
+def pause_collector() -> bool:
+    """Turn automatic collection off; True if this call did, so the caller turns it back on
+    (``gc.enable()``), False if it was off already (a pause under way, or a process that runs
+    without it on purpose: left as it is)."""
+    if not gc.isenabled():
+        return False
+    gc.disable()
+    return True
 
 
 @contextmanager
@@ -37,10 +47,9 @@ def collector_paused() -> Iterator[None]:
     """No automatic collection inside the block (nested blocks and a collector the process
     disabled on purpose are left as they are); garbage cycles made inside wait for the first
     collection after it."""
-    if not gc.isenabled():
+    if not pause_collector():
         yield
         return
-    gc.disable()
     try:
         yield
     finally:

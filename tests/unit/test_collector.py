@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from duetime.collector import collector_paused, freeze_startup, young_generation
+from duetime.collector import collector_paused, freeze_startup, pause_collector, young_generation
 from tests.fakes.cycles import Node, garbage_cycle
 
 
@@ -94,3 +94,12 @@ def test_a_larger_young_generation_collects_only_after_its_own_count() -> None:
     kept += _allocate(20_000)
     assert cycle() is None
     assert kept
+
+
+def test_a_pause_says_whether_it_turned_the_collector_off() -> None:
+    gc.enable()
+    try:
+        assert pause_collector() is True and not gc.isenabled()
+        assert pause_collector() is False and not gc.isenabled()  # off already: not ours
+    finally:
+        gc.enable()

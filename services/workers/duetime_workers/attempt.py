@@ -62,6 +62,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from duetime.aio import wait_event
+from duetime.collector import pause_collector
 from duetime.errors import StoreError
 from duetime.events import RunHeartbeat, RunResult
 from duetime.model import RunEvent
@@ -245,8 +246,7 @@ class AttemptRunner:
         """Stop every attempt that is executing and hand its run back (retried at once); give
         back the runs claimed ahead that are not due yet."""
         self._handing_back = True
-        _settle(self._wave)
-        self._resume_collector()
+        self._wave_over()
         for waiter in self._waiting:
             if not waiter.done():
                 waiter.set_result(False)
@@ -454,9 +454,8 @@ class AttemptRunner:
         objects alive, and a young collection then took 20-75 ms: one in the middle of a
         wave stopped every call of the process for that long (measured in a 20k HTTP
         spike). What the wave makes, the collections after it find."""
-        if self._collector_resume is not None or not gc.isenabled():
+        if self._collector_resume is not None or not pause_collector():
             return  # paused already, or the process runs without it on purpose
-        gc.disable()
         loop = asyncio.get_running_loop()
         self._collector_resume = loop.call_later(_COLLECTOR_PAUSE, self._resume_collector)
 
@@ -489,8 +488,12 @@ class AttemptRunner:
             # is over. Not sooner: the completions held for it wake all at once, and a run
             # just let through would start its call behind thousands of them (measured: the
             # last 30 calls of a 20k spike left 0.3 s late).
-            _settle(self._wave)
-            self._resume_collector()
+            self._wave_over()
+
+    def _wave_over(self) -> None:
+        """The held completions go, and the collector is on again."""
+        _settle(self._wave)
+        self._resume_collector()
 
     async def _after_wave(self) -> None:
         """Wait until no due run waits in the gate and none it let through executes, for
@@ -563,12 +566,13 @@ class AttemptRunner:
         # lease or a hand-back cancels this task while, and only while, the call is under way.
         task = asyncio.current_task()
         assert task is not None
-        state = [True, False]  # [the call is under way, it was interrupted]
+        under_way, interrupted = True, False
 
         def interrupt(_: object = None) -> None:
             # Scheduled callbacks can run after the call ended: then there is nothing to stop.
-            if state[0] and not state[1]:
-                state[1] = True
+            nonlocal interrupted
+            if under_way and not interrupted:
+                interrupted = True
                 task.cancel()
 
         # A callback and a set rather than asyncio.wait over the three: this runs once per
@@ -580,13 +584,13 @@ class AttemptRunner:
             try:
                 return await self._targets.execute(run, claim)
             finally:
-                state[0] = False
+                under_way = False
                 lease.lost.remove_done_callback(interrupt)
                 executing.discard(interrupt)
         except asyncio.CancelledError:
             # Ours (a lost lease, a hand-back), unless the task was cancelled from outside
             # too (a forced stop): that one goes on.
-            if not state[1] or task.uncancel() > 0:
+            if not interrupted or task.uncancel() > 0:
                 raise
         except Exception as exc:  # an executor bug must not leave the run running
             return self._executor_error(run, claim, exc)
