@@ -11,6 +11,7 @@ the planner service wires this to PostgreSQL.
 from __future__ import annotations
 
 import uuid
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -248,32 +249,53 @@ def _whole_jobs(
 def _cap(
     plans: list[CatchUpPlan | InvalidInput], max_runs: int, missed_before: datetime
 ) -> tuple[list[CatchUpPlan | InvalidInput], bool]:
-    """``plans`` cut to about ``max_runs`` occurrences (``plan_jobs_capped``)."""
-    total = sum(len(p.occurrences) for p in plans if isinstance(p, CatchUpPlan))
+    """``plans`` cut to about ``max_runs`` occurrences (``plan_jobs_capped``).
+
+    Jobs that share a schedule and a next run share one plan object (``plan_jobs_capped``
+    searches once per group), so the occurrences are counted per distinct plan and per instant:
+    a steady batch of 5000 jobs due every second, planned 10 s ahead, is a handful of plans and
+    instants, not 50,000 occurrences to sort."""
+    total = 0
+    shared: dict[int, tuple[CatchUpPlan, int]] = {}
+    for p in plans:
+        if isinstance(p, CatchUpPlan):
+            total += len(p.occurrences)
+            known = shared.get(id(p))
+            shared[id(p)] = (p, 1 if known is None else known[1] + 1)
     if total <= max_runs:
         return plans, False
-    cuttable = sorted(
-        o
-        for p in plans
-        if isinstance(p, CatchUpPlan)
-        for o in p.occurrences[1:]
-        if o >= missed_before
-    )
-    room = max_runs - (total - len(cuttable))
-    if room >= len(cuttable):
+    per_instant: dict[datetime, int] = {}
+    for p, jobs in shared.values():
+        for o in p.occurrences[1:]:
+            if o >= missed_before:
+                per_instant[o] = per_instant.get(o, 0) + jobs
+    cuttable = sum(per_instant.values())
+    room = max(max_runs - (total - cuttable), 0)
+    if room >= cuttable:
         return plans, False
-    cutoff = cuttable[max(room, 0)]  # the earliest instant left out; >= missed_before
+    # The earliest instant left out: the one the (room + 1)-th cuttable occurrence falls on.
+    counted = 0
+    for cutoff in sorted(per_instant):
+        counted += per_instant[cutoff]
+        if counted > room:
+            break
+    cut_plans: dict[int, CatchUpPlan] = {}
     out: list[CatchUpPlan | InvalidInput] = []
     cut = False
     for plan in plans:
         if isinstance(plan, CatchUpPlan):
-            occurrences = plan.occurrences
-            keep = 1
-            while keep < len(occurrences) and occurrences[keep] < cutoff:
-                keep += 1
-            if keep < len(occurrences):
-                plan = replace(plan, occurrences=occurrences[:keep], next_run_at=occurrences[keep])
-                cut = True
+            kept = cut_plans.get(id(plan))
+            if kept is None:
+                occurrences = plan.occurrences
+                keep = bisect_left(occurrences, cutoff, lo=1)
+                kept = plan
+                if keep < len(occurrences):
+                    kept = replace(
+                        plan, occurrences=occurrences[:keep], next_run_at=occurrences[keep]
+                    )
+                cut_plans[id(plan)] = kept
+            cut = cut or kept is not plan
+            plan = kept
         out.append(plan)
     return out, cut
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
@@ -123,7 +124,7 @@ def test_the_planning_rate_learns_from_busy_rounds_and_stays_conservative() -> N
 EVERY_SECOND = ScheduleSpec(kind="interval", expression="PT1S", time_zone="UTC")
 
 
-def _runs(plans: list[JobPlan | InvalidInput]) -> list[datetime]:
+def _runs(plans: Sequence[JobPlan | InvalidInput | None]) -> list[datetime]:
     return sorted(r.scheduled_for for p in plans if isinstance(p, JobPlan) for r in p.runs)
 
 
@@ -192,6 +193,36 @@ def test_a_capped_batch_never_cuts_a_first_run_or_a_missed_run() -> None:
     assert not cut and [str(p) if isinstance(p, InvalidInput) else p for p in big] == [
         str(p) if isinstance(p, InvalidInput) else p for p in plain
     ]
+
+
+def test_a_capped_batch_of_missed_runs_only_keeps_them_all() -> None:
+    # Ten hourly jobs three hours behind with catch_up all: three missed runs each, and their
+    # next run beyond the lookahead. Nothing may be cut, however small the cap (this raised
+    # IndexError, and the planner's round failed on such a batch every time).
+    hourly = ScheduleSpec(kind="cron", expression="30 * * * *", time_zone="UTC")
+    behind = [
+        _Due(f"h{i}", hourly, datetime(2026, 12, 31, 21, 30, tzinfo=UTC), catch_up="all")
+        for i in range(10)
+    ]
+    capped, cut = plan_jobs_capped(
+        behind, now=NOW, lookahead=BASE, cache=ScheduleCache(), max_runs=5
+    )
+    assert not cut
+    assert capped == plan_jobs(behind, now=NOW, lookahead=BASE, cache=ScheduleCache())
+    assert len(_runs(capped)) == 30
+
+
+def test_a_capped_batch_counts_shared_plans_once_per_job() -> None:
+    # 1000 jobs share one schedule and next run (one plan object): the cap counts each job's
+    # runs, and cuts every one of them at the same instant.
+    jobs = [_Due(f"j{i}", EVERY_SECOND, NOW + timedelta(seconds=1)) for i in range(1000)]
+    capped, cut = plan_jobs_capped(
+        jobs, now=NOW, lookahead=BASE, cache=ScheduleCache(), max_runs=3500
+    )
+    assert cut
+    # 3 runs a job (3000) fit, a 4th each (4000) would not.
+    assert all(isinstance(p, JobPlan) and len(p.runs) == 3 for p in capped)
+    assert {p.next_run_at for p in capped if isinstance(p, JobPlan)} == {NOW + timedelta(seconds=4)}
 
 
 def test_a_batch_of_jobs_due_at_the_lookaheads_far_half_keeps_whole_jobs() -> None:
