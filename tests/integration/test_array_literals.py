@@ -18,6 +18,8 @@ def test_literals_round_trip_through_postgresql(database_url: str) -> None:
         datetime(2026, 12, 31, 23, 59, 59, 999999, tzinfo=east),
         None,
     ]
+    # Repeats are formatted once: the same instant again, and again in another offset.
+    stamps += [stamps[0], None, stamps[0].astimezone(east)]
     ints = [0, -7, None, 2**40]
     floats = [0.0, 1500.5, 1e-05, None]
     with psycopg.connect(database_url, autocommit=True) as conn:
