@@ -210,6 +210,21 @@ class TimingWheel(Generic[K, V]):
         due up to ``now + prepare`` (they stay held, and are released by a later call)."""
         return [entry.item for entry in self._advance(now, prepare)]
 
+    def take_ahead(
+        self, now: datetime, until: datetime, prepare: timedelta = timedelta(0)
+    ) -> tuple[list[int], list[V]]:
+        """Stop holding every item due up to ``until`` (at most ``now + prepare``) *before* it
+        is due, for a caller that keeps it and releases it itself at its instant. Returns the
+        due instants (microseconds since the Unix epoch) and the items, in due order.
+
+        Unlike ``advance(until)``, the wheel's ``now`` stays ``now``: an item added later and
+        due before ``until`` is released by the ``advance`` at its own instant, not early."""
+        if until > now + prepare:
+            raise ValueError("take_ahead reaches at most now + prepare")
+        entries = self._advance(now, prepare)  # what is due already comes first
+        entries += self._release(max(self._now_us, _to_us(until)))
+        return [entry.due_us for entry in entries], [entry.item for entry in entries]
+
     # -- internals -------------------------------------------------------------------------
 
     def _advance(self, now: datetime, prepare: timedelta) -> list[_Entry[K, V]]:

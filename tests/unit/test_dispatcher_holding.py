@@ -223,6 +223,8 @@ _steps = st.lists(
         st.tuples(st.just("garbage"), st.integers(0, 2), st.just(0), st.just(0)),
         st.tuples(st.just("tick"), st.just(0), st.just(0), st.integers(0, 1500)),
         st.tuples(st.just("fail_next"), st.just(0), st.just(0), st.just(0)),
+        # stage what is due within the next value ms (the dispatcher's stage_ahead)
+        st.tuples(st.just("stage"), st.just(0), st.just(0), st.integers(0, 1000)),
     ),
     max_size=80,
 )
@@ -232,8 +234,8 @@ _steps = st.lists(
 @given(steps=_steps)
 def test_holding_properties(steps: list[tuple[str, int, int, int]]) -> None:
     """Acks come in offset order per partition and only for settled records; every distinct run
-    is released exactly once, never before it is due."""
-    h: Holding[str] = Holding(T0, dedup_window=timedelta(hours=1))
+    is released exactly once, never before it is due; staging ahead changes none of it."""
+    h: Holding[str] = Holding(T0, dedup_window=timedelta(hours=1), prepare=S)
     now = T0
     next_offset = [0, 0, 0]
     fail_next = False
@@ -274,6 +276,8 @@ def test_holding_properties(steps: list[tuple[str, int, int, int]]) -> None:
                 settled.add(token(source))
         elif op == "fail_next":
             fail_next = True
+        elif op == "stage":
+            h.stage(now, now + value * MS)
         else:
             now += value * MS
         settle_due(now, allow_failure=True)
@@ -293,6 +297,7 @@ _revoke_steps = st.lists(
         # resolve the publisher's outstanding releases: 0 = all delivered, 1 = all refused
         st.tuples(st.just("outcomes"), st.just(0), st.just(0), st.integers(0, 1)),
         st.tuples(st.just("revoke"), st.integers(0, 1), st.just(0), st.just(0)),
+        st.tuples(st.just("stage"), st.just(0), st.just(0), st.integers(0, 1000)),
     ),
     max_size=80,
 )
@@ -303,8 +308,8 @@ _revoke_steps = st.lists(
 def test_holding_loses_nothing_across_revocations(steps: list[tuple[str, int, int, int]]) -> None:
     """Revocations (with releases still in flight) and re-reads from the committed offset: every
     run read is released at least once, never early, and the committed offsets only grow
-    through a contiguous prefix of each partition."""
-    h: Holding[str] = Holding(T0, dedup_window=timedelta(hours=1))
+    through a contiguous prefix of each partition. Runs staged ahead are revoked with the rest."""
+    h: Holding[str] = Holding(T0, dedup_window=timedelta(hours=1), prepare=S)
     now = T0
     log: dict[int, list[Routed | None]] = {0: [], 1: []}  # each partition's records
     acked: dict[int, list[int]] = {0: [], 1: []}
@@ -342,6 +347,8 @@ def test_holding_loses_nothing_across_revocations(steps: list[tuple[str, int, in
                 else:
                     deliver(release, now)
             outstanding.clear()
+        elif op == "stage":
+            h.stage(now, now + value * MS)
         else:  # revoke, then the partition comes back and is read from the committed offset
             h.revoke({("runs.due.10s", partition)})
             for offset in range(len(acked[partition]), len(log[partition])):
@@ -402,3 +409,36 @@ def test_runs_taken_due_are_in_flight_once_tracked() -> None:
         h.delivered(release, T0 + S)
     assert h.in_flight == 0
     assert h.ackable() == [token(src(0)), token(src(1)), token(src(2))]
+
+
+def test_runs_staged_ahead_are_released_at_their_instant_and_still_count_as_held() -> None:
+    h: Holding[str] = Holding(T0, prepare=S)
+    for n in range(3):
+        receive(h, src(n), run_due(T0 + 5 * S, n=n))
+    receive(h, src(3), run_due(T0 + 9 * S, n=3))
+    assert h.stage(T0 + 4 * S, T0 + 5 * S) == 3
+    assert h.held == 4 and h.in_flight == 0
+    assert h.next_due() == T0 + 5 * S  # the staged runs' instant
+    # A copy read while staged is dropped; one due sooner than them goes first, at its instant.
+    assert receive(h, src(4), run_due(T0 + 5 * S, n=1), T0 + 4 * S) is Outcome.DUPLICATE
+    assert receive(h, src(5), run_due(T0 + 4500 * MS, n=5), T0 + 4 * S) is Outcome.HELD
+    assert due(h, T0 + 4400 * MS) == []
+    assert [run_number(r.routed) for r in due(h, T0 + 4500 * MS)] == [5]
+    [a, b, c] = due(h, T0 + 5 * S + 2 * MS)
+    assert [run_number(r.routed) for r in (a, b, c)] == [0, 1, 2]
+    assert a.taken_at == T0 + 5 * S + 2 * MS  # taken when released, not when staged
+    assert h.held == 1 and h.in_flight == 4  # with run 5, not yet delivered
+
+
+def test_a_revoke_drops_staged_runs_and_a_reread_copy_is_released_once() -> None:
+    h: Holding[str] = Holding(T0, prepare=S)
+    receive(h, src(0, partition=0), run_due(T0 + 5 * S, n=0))
+    receive(h, src(0, partition=1), run_due(T0 + 5 * S, n=1))
+    assert h.stage(T0 + 4 * S, T0 + 5 * S) == 2
+    assert h.revoke({("runs.due.10s", 1)}) == 1
+    assert h.held == 1
+    # Partition 1 comes back and its record is read again: held anew, released once.
+    assert receive(h, src(0, partition=1), run_due(T0 + 5 * S, n=1), T0 + 4 * S) is Outcome.HELD
+    released = due(h, T0 + 5 * S)
+    assert sorted(run_number(r.routed) for r in released) == [0, 1]
+    assert h.held == 0

@@ -159,3 +159,17 @@ def test_without_the_drain_row_missed_runs_are_not_held() -> None:
     throttle.set_limits({"api": TargetLimit(rate=10.0)}, {})
     missed = _missed("free", "t")
     assert throttle.admit([missed]) == [missed]
+
+
+def test_with_only_the_drain_limited_on_time_runs_go_and_missed_ones_wait_for_it() -> None:
+    throttle: Throttle[Any] = Throttle()
+    throttle.set_limits({"@catch-up": TargetLimit(rate=100.0)}, {})
+    on_time = [_release("free", "t", n) for n in range(3)]
+    assert throttle.admit(on_time) is on_time  # nothing to hold back: the list as it came
+    missed = _missed("free", "t", 3)
+    assert throttle.admit([on_time[0], missed, on_time[1]]) == [on_time[0], on_time[1]]
+    assert throttle.waiting_per_target() == {"@catch-up": 1}
+    throttle.requests()
+    assert throttle.granted({"@catch-up": 1}, T0) == [missed]
+    # Through the drain it goes like any run (its own target has no limit).
+    assert missed.drained and throttle.admit([missed]) == [missed]

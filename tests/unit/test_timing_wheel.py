@@ -174,7 +174,7 @@ def test_a_spike_prepared_ahead_is_released_on_time_by_a_slice() -> None:
     lead = timedelta(seconds=1)
     for n in range(5_000):
         w.add(n, midnight + timedelta(microseconds=n % 3), n)
-    wakes = []
+    wakes: list[datetime] = []
     while (wake := w.next_due(lead)) != midnight:  # the cascades, each at least lead ahead
         assert wake is not None and wake <= midnight - lead and len(wakes) < 10
         assert w.advance(wake, lead) == []
@@ -188,6 +188,29 @@ def test_a_spike_prepared_ahead_is_released_on_time_by_a_slice() -> None:
     out = w.advance(midnight + MS, lead)
     assert sorted(out) == list(range(4_999))
     assert [n % 3 for n in out] == sorted(n % 3 for n in out)
+
+
+def test_take_ahead_takes_what_is_due_by_until_without_moving_the_wheels_now() -> None:
+    w = wheel()
+    lead = timedelta(seconds=1)
+    w.add("late", T0 - MS, "late")  # already due: comes first
+    w.add("a", T0 + 300 * MS, "a")
+    w.add("b", T0 + 200 * MS, "b")
+    w.add("c", T0 + 700 * MS, "c")
+    dues, items = w.take_ahead(T0, T0 + 500 * MS, lead)
+    assert items == ["late", "b", "a"]
+    assert dues == [
+        (d - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+        for d in (T0 - MS, T0 + 200 * MS, T0 + 300 * MS)
+    ]
+    assert "a" not in w and len(w) == 1
+    # The wheel's now is still T0: an item added later, due before until, waits for its instant.
+    w.add("d", T0 + 100 * MS, "d")
+    assert w.advance(T0 + 50 * MS, lead) == []
+    assert w.advance(T0 + 100 * MS, lead) == ["d"]
+    assert w.advance(T0 + 700 * MS, lead) == ["c"]
+    with pytest.raises(ValueError, match="at most now"):
+        w.take_ahead(T0, T0 + 2 * lead, lead)
 
 
 # -- properties ------------------------------------------------------------------------------

@@ -428,6 +428,7 @@ class Dispatcher:
         )
         stats_every = self.config.stats_interval
         next_stats = self._clock() + stats_every
+        stage_ahead = self.config.stage_ahead
         await self.refresh_flow()  # limits known before the first release
         try:
             while not self.app.should_stop:
@@ -443,6 +444,8 @@ class Dispatcher:
                         self._log_skew()
                     next_stats = local_now + stats_every
                 self._maybe_collect(now)
+                if stage_ahead:
+                    self._stage(now, stage_ahead)
                 wake.clear()
                 delay = self._sleep_for(now)
                 if delay > 0:
@@ -528,6 +531,15 @@ class Dispatcher:
             start_lag = taken_at - releases[0].routed.due_at if releases else timedelta(0)
             self._log_released(lines, start_lag, acknowledged_at - taken_at)
         return len(lines)
+
+    def _stage(self, now: datetime, ahead: timedelta) -> None:
+        """Take the runs due within ``ahead`` off the wheel now, so that at their instant only
+        the produce calls are left (:meth:`Holding.stage`). Like a release round, it makes no
+        cycles: the collector waits, and what it made is frozen with the rest held."""
+        with collector_paused():
+            staged = self.holding.stage(now, now + ahead)
+        if staged:
+            self.heap.freeze()
 
     async def grant(self) -> list[Release[Source]]:
         """Ask PostgreSQL which runs waiting at throttled targets may go now (one statement
@@ -658,7 +670,7 @@ class Dispatcher:
         cap = self.config.max_sleep.total_seconds()
         if self.throttle.waiting:
             cap = min(cap, self.config.throttle_interval.total_seconds())
-        next_due = self.holding.next_due()
+        next_due = self.holding.next_due(self.config.stage_ahead)
         if next_due is None:
             return cap
         return min(cap, max(0.0, (next_due - now).total_seconds()))

@@ -38,6 +38,11 @@ class DispatcherConfig:
         prepare_ahead: how long before a run is due the wheel does the work of taking it out
             (cascades, sorting): a midnight spike is sorted a second early, and released at
             midnight by slicing a list. Nothing is released before it is due.
+        stage_ahead: how long before a run is due it is taken off the wheel and kept, ready to
+            go, in a list of its own (at most ``prepare_ahead``; 0 turns it off). At the due
+            instant only the produce calls are left: taking 20k runs off the wheel and making
+            their releases took ~20 ms of the 20k spike's first 100 ms (docs/dispatcher.md,
+            "Staged ahead"). A staged run still counts as held, and nothing is released early.
         commit_interval: how often the intake commits the acked prefix of each partition.
         retry_interval: how long after the broker refused a release it is tried again.
         publish_timeout: the longest one release round waits for the broker's acknowledgements;
@@ -87,6 +92,7 @@ class DispatcherConfig:
     dedup_window: timedelta = timedelta(seconds=60)
     tick: timedelta = timedelta(milliseconds=10)
     prepare_ahead: timedelta = timedelta(seconds=1)
+    stage_ahead: timedelta = timedelta(milliseconds=500)
     commit_interval: timedelta = timedelta(seconds=1)
     retry_interval: timedelta = timedelta(seconds=1)
     publish_timeout: timedelta = timedelta(seconds=35)
@@ -141,6 +147,8 @@ class DispatcherConfig:
             raise ConfigError("dispatcher dedup_window must not be negative")
         if self.prepare_ahead < timedelta(0):
             raise ConfigError("dispatcher prepare_ahead must not be negative")
+        if not timedelta(0) <= self.stage_ahead <= self.prepare_ahead:
+            raise ConfigError("dispatcher stage_ahead must be between 0 and prepare_ahead")
         if not timedelta(0) <= self.claim_ahead <= MAX_CLAIM_AHEAD:
             raise ConfigError(
                 f"dispatcher claim_ahead must be between 0 and {MAX_CLAIM_AHEAD.seconds} s"

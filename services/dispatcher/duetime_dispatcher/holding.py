@@ -23,13 +23,14 @@ Downstream, the worker's claim compare-and-set drops whatever duplicates remain.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from operator import attrgetter
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from duetime.timing_wheel import TimingWheel
 
@@ -41,6 +42,8 @@ __all__ = ["Counters", "Holding", "Outcome", "Release", "RunKey", "Source"]
 T = TypeVar("T")
 
 _MS = timedelta(milliseconds=1)
+_US = timedelta(microseconds=1)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NO_LEAD = timedelta(0)
 _KEY = attrgetter("key")
 
@@ -86,6 +89,16 @@ class Release(Generic[T]):
     key: RunKey
     throttled_ms: int = 0  # how long a grant kept it waiting after ``taken_at``
     drained: bool = False  # a catch-up run that has passed the @catch-up drain
+    #: Where the broker's refusal of its record goes (the publisher's list, set as it produces).
+    failures: list[tuple[Release[T], Any]] | None = None
+
+    def __call__(self, err: Any, _msg: Any) -> None:
+        """librdkafka's delivery report for this release's record (sent for failures only).
+
+        The release is its own callback: a closure per record would be one more allocation per
+        produce call at the due instant (about a fifth of a spike's produce time)."""
+        if err is not None and self.failures is not None:
+            self.failures.append((self, err))
 
 
 @dataclass(slots=True)
@@ -148,6 +161,13 @@ class Holding(Generic[T]):
         self._wheel: TimingWheel[RunKey, _Held[T]] = TimingWheel(start_at, tick=tick)
         self._ledger: OffsetLedger[T] = OffsetLedger()
         self._in_flight: dict[RunKey, Release[T]] = {}
+        # Staged (:meth:`stage`): taken off the wheel before their due instant, released at it.
+        # In due order from ``_staged_head``, with their due instants (µs since the epoch).
+        self._staged: list[Release[T]] = []
+        self._staged_due: list[int] = []
+        self._staged_head = 0
+        self._staged_keys: dict[RunKey, Release[T]] = {}
+        self._staged_revoked = False  # a revoke since they were staged: check each one
         self._released: OrderedDict[RunKey, datetime] = OrderedDict()
         self._dedup_window = dedup_window
         self._max_hold = max_hold
@@ -180,7 +200,12 @@ class Holding(Generic[T]):
             self._ledger.settle(claim)
             return Outcome.UNDECODABLE
         key = routed.key
-        if key in self._wheel or key in self._in_flight or key in self._released:
+        if (
+            key in self._wheel
+            or key in self._in_flight
+            or key in self._released
+            or key in self._staged_keys
+        ):
             self.counters.duplicates += 1
             self._ledger.settle(claim)
             return Outcome.DUPLICATE
@@ -196,18 +221,61 @@ class Holding(Generic[T]):
 
     # -- releasing -----------------------------------------------------------------------------
 
+    def stage(self, now: datetime, until: datetime) -> int:
+        """Take the runs due up to ``until`` (at most ``now + prepare``) off the wheel ahead of
+        their due instant, so that at that instant :meth:`take_due` only slices a list and the
+        produce calls are all that is left (docs/dispatcher.md, "Staged ahead").
+
+        Until then they still count as held: a copy read meanwhile is dropped, and a revoke of
+        their partition drops them. Returns how many were staged."""
+        self._now = max(self._now, now)
+        dues, held = self._wheel.take_ahead(now, until, self._prepare)
+        if not held:
+            return 0
+        staged = [Release(h.routed, h.source, now, h.claim, h.key) for h in held]
+        self._staged_keys.update(zip(map(_KEY, staged), staged, strict=True))
+        if self._staged_head:
+            del self._staged[: self._staged_head], self._staged_due[: self._staged_head]
+            self._staged_head = 0
+        self._staged += staged
+        self._staged_due += dues
+        return len(staged)
+
     def take_due(self, now: datetime) -> list[Release[T]]:
-        """Take every run due at ``now`` off the wheel, in due order, *not yet* in flight.
+        """Take every run due at ``now`` off the wheel (the staged ones first), in due order,
+        *not yet* in flight.
 
         The caller publishes them first and then calls :meth:`track`, so that a spike's produce
         calls start before its bookkeeping; it must not yield to the event loop in between
         (a record read meanwhile would find the run neither held nor in flight)."""
         self._now = max(self._now, now)
         self._forget_old_releases()
-        return [
+        staged = self._take_staged(now) if self._staged_keys else []
+        fresh = [
             Release(held.routed, held.source, now, held.claim, held.key)
             for held in self._wheel.advance(now, self._prepare)
         ]
+        return staged + fresh if staged and fresh else staged or fresh
+
+    def _take_staged(self, now: datetime) -> list[Release[T]]:
+        head = self._staged_head
+        cut = bisect_right(self._staged_due, (now - _EPOCH) // _US, lo=head)
+        if cut == head:
+            return []
+        taken = self._staged[head:cut]
+        keys = self._staged_keys
+        if self._staged_revoked:
+            taken = [release for release in taken if keys.get(release.key) is release]
+        if cut == len(self._staged):
+            self._staged, self._staged_due, self._staged_head = [], [], 0
+            self._staged_keys, self._staged_revoked = {}, False
+        else:
+            self._staged_head = cut
+            for release in taken:
+                del keys[release.key]
+        for release in taken:
+            release.taken_at = now
+        return taken
 
     def track(self, releases: list[Release[T]]) -> None:
         """Hold ``releases`` (from :meth:`take_due`) as in flight, until the broker answers."""
@@ -324,19 +392,37 @@ class Holding(Generic[T]):
         for key, release in list(self._in_flight.items()):
             if release.source.tp in revoked:
                 del self._in_flight[key]
+        # Staged runs are held: theirs go too (take_due leaves them out from now on).
+        for key, release in list(self._staged_keys.items()):
+            if release.source.tp in revoked:
+                del self._staged_keys[key]
+                self._staged_revoked = True
+                dropped += 1
+        if self._staged_revoked and not self._staged_keys:
+            self._staged, self._staged_due, self._staged_head = [], [], 0
+            self._staged_revoked = False
         self.counters.dropped_on_revoke += dropped
         return dropped
 
     # -- state ---------------------------------------------------------------------------------
 
-    def next_due(self) -> datetime | None:
-        """When :meth:`due` should next be called: never later than the earliest due_at, and
-        ``prepare`` ahead of the wheel's next cascade (its work is done before the due instant)."""
-        return self._wheel.next_due(self._prepare)
+    def next_due(self, stage_ahead: timedelta = timedelta(0)) -> datetime | None:
+        """When :meth:`take_due` (or :meth:`stage`) should next be called: never later than the
+        earliest due_at of a staged run, ``stage_ahead`` before the earliest one on the wheel,
+        and ``prepare`` ahead of the wheel's next cascade (its work is done before the due
+        instant)."""
+        wheel = self._wheel.next_due(self._prepare)
+        if wheel is not None:
+            wheel -= stage_ahead
+        if not self._staged_keys:
+            return wheel
+        staged = _EPOCH + self._staged_due[self._staged_head] * _US
+        return staged if wheel is None else min(staged, wheel)
 
     @property
     def held(self) -> int:
-        return len(self._wheel)
+        """Runs not yet released: on the wheel, or staged."""
+        return len(self._wheel) + len(self._staged_keys)
 
     @property
     def in_flight(self) -> int:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Generic, TypeVar, cast
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 
 from duetime.bus.kafka import producer_config
 from duetime.bus.run_headers import RELEASED_AT_MS, THROTTLED_MS, epoch_ms
@@ -61,7 +61,7 @@ class ReadyPublisher(Generic[T]):
         self._flush_timeout = flush_timeout
         # Failure reports, appended by librdkafka's callbacks. They run only inside poll() and
         # flush(), which only the publishing thread calls (one round at a time), so no lock.
-        self._failures: list[tuple[Release[T], KafkaError]] = []
+        self._failures: list[tuple[Release[T], Any]] = []
         # Produced, neither reported failed nor known delivered (by id: releases are unhashable).
         self._pending: dict[int, Release[T]] = {}
 
@@ -83,22 +83,14 @@ class ReadyPublisher(Generic[T]):
         """
         produce, topic = self._producer.produce, self._topic
         stamps: dict[tuple[datetime, int], list[tuple[str, bytes]]] = {}
-        pending = self._pending
+        pending, failures = self._pending, self._failures
         sent = 0
         try:
             for release in releases:
                 routed = release.routed
                 emission = routed.emission
                 pending[id(release)] = release
-
-                def report(
-                    err: KafkaError | None, _msg: Any, release: Release[T] = release
-                ) -> None:
-                    # Looked up at call time: a report for a record of an earlier round whose
-                    # flush timed out is served by a later flush, and returned with that round.
-                    if err is not None:
-                        self._failures.append((release, err))
-
+                release.failures = failures  # the release is its own delivery callback
                 try:
                     if emission is None:
                         # When it was released and how long throttling held it, for the worker's
@@ -112,7 +104,7 @@ class ReadyPublisher(Generic[T]):
                             routed.value,
                             routed.ready_key,
                             headers=cast(Any, [*routed.headers, *stamp]),
-                            on_delivery=report,
+                            on_delivery=release,
                         )
                     else:  # the Kafka fast path: the job's own record on the job's own topic
                         produce(
@@ -120,10 +112,10 @@ class ReadyPublisher(Generic[T]):
                             emission.value,
                             emission.key,
                             headers=cast(Any, emission.headers),
-                            on_delivery=report,
+                            on_delivery=release,
                         )
                 except KafkaException as exc:  # refused by the client itself (its size limit)
-                    report(exc.args[0], None)
+                    release(exc.args[0], None)
                 sent += 1
         except BufferError:  # the queue is full: the rest waits for room, off the loop
             return list(releases[sent:])
@@ -145,7 +137,9 @@ class ReadyPublisher(Generic[T]):
             self._produce_slowly(release)
         pending = self._pending
         in_queue = self._producer.flush(self._flush_timeout)
-        failures, self._failures = self._failures, []
+        # Copied and emptied in place: every release produced refers to this one list.
+        failures = self._failures[:]
+        self._failures.clear()
         outcomes: Outcomes[T] = [
             (release, str(err))
             for release, err in failures
@@ -159,11 +153,7 @@ class ReadyPublisher(Generic[T]):
     def _produce_slowly(self, release: Release[T]) -> None:
         """librdkafka's queue is full: serve delivery reports to make room, then produce."""
         self._pending[id(release)] = release
-
-        def report(err: KafkaError | None, _msg: Any) -> None:
-            if err is not None:
-                self._failures.append((release, err))
-
+        release.failures = self._failures
         routed, emission = release.routed, release.routed.emission
         key: bytes | None
         if emission is None:
@@ -174,10 +164,10 @@ class ReadyPublisher(Generic[T]):
             headers = emission.headers
         while True:
             try:
-                self._producer.produce(to, value, key, headers=headers, on_delivery=report)
+                self._producer.produce(to, value, key, headers=headers, on_delivery=release)
                 return
             except BufferError:
                 self._producer.poll(0.05)
             except KafkaException as exc:
-                report(exc.args[0], None)
+                release(exc.args[0], None)
                 return
