@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from operator import attrgetter
 from typing import Any
 
 from duetime.model import (
@@ -23,7 +24,9 @@ from duetime.sharding import shard_for
 
 __all__ = [
     "DueJob",
+    "DueJobReader",
     "ExpiredLease",
+    "JobShape",
     "OutboxRun",
     "batch_json",
     "batch_json_shared",
@@ -196,13 +199,13 @@ def retry_from_row(row: Any, max_attempts: int) -> RetryPolicy:
     )
 
 
-@dataclass(frozen=True)
-class DueJob:
-    """What the planner needs of a due job: its schedule, and what every run of it carries
-    (target, lease, heartbeat, backoff), so that its runs are published straight from the
-    planning round."""
+@dataclass(frozen=True, eq=False)
+class JobShape:
+    """A due job's definition: what every run of it carries (target, lease, heartbeat, backoff)
+    and how it is scheduled. While the job's row keeps the same definition, the due scan hands
+    the planner the same object every time (:class:`DueJobReader`), so what the planner derives
+    from it is derived once and kept in ``memo`` (its record template)."""
 
-    job_id: str
     tenant: str
     schedule: ScheduleSpec
     window: timedelta
@@ -210,19 +213,16 @@ class DueJob:
     max_catch_up: int
     target_service: str
     max_attempts: int
-    next_run_at: datetime
-    last_scheduled_for: datetime | None
     target: Target
     lease: timedelta
     heartbeat_interval: timedelta
     retry: RetryPolicy
-    # The job's shard: a run's insert is fenced by its shard's token (sql/shards.sql).
-    shard_id: int = 0
+    #: What a service derives from the definition, kept with it (not part of the definition).
+    memo: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_row(cls, row: Any) -> DueJob:
+    def from_row(cls, row: Any) -> JobShape:
         return cls(
-            job_id=row.job_id,
             tenant=row.tenant,
             schedule=spec_from_row(row),
             window=timedelta(milliseconds=row.window_ms),
@@ -230,14 +230,133 @@ class DueJob:
             max_catch_up=row.max_catch_up,
             target_service=row.target_service,
             max_attempts=row.max_attempts,
-            next_run_at=row.next_run_at,
-            last_scheduled_for=row.last_scheduled_for,
             target=target_from_json(row.target),
             lease=timedelta(milliseconds=row.lease_ms),
             heartbeat_interval=timedelta(milliseconds=row.heartbeat_ms),
             retry=retry_from_row(row, row.max_attempts),
-            shard_id=row.shard_id,
         )
+
+
+@dataclass(frozen=True)
+class DueJob:
+    """What the planner needs of a due job: where it stands (its next run, its shard) and its
+    definition (:class:`JobShape`, whose fields it also answers for), so that its runs are
+    published straight from the planning round."""
+
+    job_id: str
+    shape: JobShape
+    next_run_at: datetime
+    last_scheduled_for: datetime | None
+    # The job's shard: a run's insert is fenced by its shard's token (sql/shards.sql).
+    shard_id: int = 0
+
+    @classmethod
+    def from_row(cls, row: Any) -> DueJob:
+        return cls(
+            row.job_id,
+            JobShape.from_row(row),
+            row.next_run_at,
+            row.last_scheduled_for,
+            row.shard_id,
+        )
+
+    @property
+    def tenant(self) -> str:
+        return self.shape.tenant
+
+    @property
+    def schedule(self) -> ScheduleSpec:
+        return self.shape.schedule
+
+    @property
+    def window(self) -> timedelta:
+        return self.shape.window
+
+    @property
+    def catch_up(self) -> str:
+        return self.shape.catch_up
+
+    @property
+    def max_catch_up(self) -> int:
+        return self.shape.max_catch_up
+
+    @property
+    def target_service(self) -> str:
+        return self.shape.target_service
+
+    @property
+    def max_attempts(self) -> int:
+        return self.shape.max_attempts
+
+    @property
+    def target(self) -> Target:
+        return self.shape.target
+
+    @property
+    def lease(self) -> timedelta:
+        return self.shape.lease
+
+    @property
+    def heartbeat_interval(self) -> timedelta:
+        return self.shape.heartbeat_interval
+
+    @property
+    def retry(self) -> RetryPolicy:
+        return self.shape.retry
+
+
+#: The columns of a ``jobs_get_due_batch`` row that make up the job's definition.
+_DEFINITION = attrgetter(
+    "tenant",
+    "schedule_kind",
+    "schedule_expr",
+    "time_zone",
+    "dst_gap",
+    "dst_overlap",
+    "start_at",
+    "window_ms",
+    "catch_up",
+    "max_catch_up",
+    "target_service",
+    "max_attempts",
+    "target",
+    "lease_ms",
+    "heartbeat_ms",
+    "retry_initial_ms",
+    "retry_multiplier",
+    "retry_max_ms",
+    "retry_jitter",
+)
+
+
+class DueJobReader:
+    """Makes :class:`DueJob` objects of due-scan rows, parsing a job's definition only when its
+    columns differ from the last time the job was read.
+
+    A job due every few seconds is scanned in every batch; parsing its schedule, target (JSON)
+    and backoff, and the planner's record template for it, cost ~12 us a job each time
+    (bench/reports/spike-bounds.md). Up to ``max_jobs`` definitions are kept (about 1 KB
+    each); when more jobs than that are read, the kept ones are dropped and the count starts
+    again, so memory stays bounded and a midnight of daily jobs costs only the look-ups.
+    """
+
+    def __init__(self, max_jobs: int = 20_000) -> None:
+        self._max_jobs = max_jobs
+        self._shapes: dict[str, tuple[tuple[Any, ...], JobShape]] = {}
+        self.parsed = 0  # definitions parsed (not found unchanged), since start
+
+    def read(self, row: Any) -> DueJob:
+        definition = _DEFINITION(row)
+        kept = self._shapes.get(row.job_id)
+        if kept is not None and kept[0] == definition:
+            shape = kept[1]
+        else:
+            shape = JobShape.from_row(row)
+            self.parsed += 1
+            if kept is None and len(self._shapes) >= self._max_jobs:
+                self._shapes = {}
+            self._shapes[row.job_id] = (definition, shape)
+        return DueJob(row.job_id, shape, row.next_run_at, row.last_scheduled_for, row.shard_id)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from .flow import GrantRequest
 from .queries import query
 from .rows import (
     DueJob,
+    DueJobReader,
     ExpiredLease,
     OutboxRun,
     batch_json,
@@ -199,11 +200,17 @@ class Tx:
         return {r.job_id: StoredJob(int(r.version), r.tenant) for r in rows}
 
     def jobs_get_due_batch(
-        self, shards: Sequence[int], horizon: datetime, limit: int
+        self,
+        shards: Sequence[int],
+        horizon: datetime,
+        limit: int,
+        reader: DueJobReader | None = None,
     ) -> list[DueJob]:
-        """Like ``jobs_get_due``, for batches of thousands (see the query's note)."""
+        """Like ``jobs_get_due``, for batches of thousands (see the query's note). ``reader``:
+        the caller's, which parses each job's definition once while it stays the same."""
         params = {"shards": list(shards), "horizon": horizon, "limit": limit, "pick": 2 * limit}
-        return [DueJob.from_row(r) for r in self._rows("jobs_get_due_batch", params)]
+        read = DueJob.from_row if reader is None else reader.read
+        return [read(r) for r in self._rows("jobs_get_due_batch", params)]
 
     def jobs_upsert_many(self, records: Sequence[dict[str, Any]]) -> set[str]:
         """Upsert ``rows.job_record`` objects; returns the job_ids stored (created or updated)."""

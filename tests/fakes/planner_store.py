@@ -22,7 +22,7 @@ from duetime.model import HttpTarget
 from duetime.schedule import RetryPolicy, ScheduleSpec
 from duetime.sharding import shard_for
 from duetime.store import NewRun, OccurrenceGap, ShardFence
-from duetime.store.rows import DueJob, OutboxRun
+from duetime.store.rows import DueJob, DueJobReader, JobShape, OutboxRun
 
 __all__ = ["FakePlannerStore", "FakeProducer", "FakeRun", "FenceRow"]
 
@@ -30,26 +30,30 @@ __all__ = ["FakePlannerStore", "FakeProducer", "FakeRun", "FenceRow"]
 EVERY_10S = ScheduleSpec(kind="interval", expression="PT10S", time_zone="UTC")
 
 
-def due_job(job_id: str, *, next_run_at: datetime, catch_up: str = "once") -> DueJob:
-    """A job as the due scan returns it: every 10 s to an HTTP target, tenant ``t``, target
-    service ``svc`` (what tests/integration/test_planner_store_contract.py stores too)."""
-    return DueJob(
-        job_id=job_id,
+def due_job(
+    job_id: str,
+    *,
+    next_run_at: datetime,
+    catch_up: str = "once",
+    schedule: ScheduleSpec = EVERY_10S,
+) -> DueJob:
+    """A job as the due scan returns it: every 10 s (or ``schedule``) to an HTTP target, tenant
+    ``t``, target service ``svc`` (what tests/integration/test_planner_store_contract.py stores
+    too)."""
+    shape = JobShape(
         tenant="t",
-        schedule=EVERY_10S,
+        schedule=schedule,
         window=timedelta(0),
         catch_up=catch_up,
         max_catch_up=100,
         target_service="svc",
         max_attempts=3,
-        next_run_at=next_run_at,
-        last_scheduled_for=None,
         target=HttpTarget(url="https://example.test/hook"),
         lease=timedelta(seconds=60),
         heartbeat_interval=timedelta(seconds=20),
         retry=RetryPolicy(),
-        shard_id=shard_for(job_id),
     )
+    return DueJob(job_id, shape, next_run_at, None, shard_for(job_id))
 
 
 @dataclass
@@ -158,7 +162,11 @@ class FakePlannerTx:
         return ShardFence(frozenset(held), frozenset(refused))
 
     def jobs_get_due_batch(
-        self, shards: Sequence[int], horizon: datetime, limit: int
+        self,
+        shards: Sequence[int],
+        horizon: datetime,
+        limit: int,
+        reader: DueJobReader | None = None,
     ) -> list[DueJob]:
         wanted = set(shards)
         due = [

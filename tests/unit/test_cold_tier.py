@@ -3,7 +3,6 @@ in-memory twin with a moved clock: cold when written, loaded an hour ahead, plan
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -89,7 +88,7 @@ def test_a_reminder_six_months_ahead_is_loaded_an_hour_ahead_and_planned_on_time
     store = FakePlannerStore(NOW)
     fires_at = NOW + timedelta(days=182, minutes=10)
     reminder = ScheduleSpec(kind="at", expression=fires_at.isoformat(), time_zone="UTC")
-    store.add_job(replace(due_job("reminder", next_run_at=fires_at), schedule=reminder))
+    store.add_job(due_job("reminder", next_run_at=fires_at, schedule=reminder))
     assert store.state.cold == {"reminder": bucket_of(fires_at)}
     clock = [0.0]
     planner = Planner(

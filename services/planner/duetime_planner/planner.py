@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
+from typing import cast
 
 from duetime.bus.kafka import DeliveryTracker
 from duetime.bus.records import RUN_EVENTS
@@ -57,7 +58,7 @@ from duetime.planning import (
 )
 from duetime.schedule import ScheduleCache
 from duetime.store import NewRun, OccurrenceGap, flow
-from duetime.store.rows import DueJob, OutboxRun
+from duetime.store.rows import DueJob, DueJobReader, OutboxRun
 
 from .cold import ColdLoader
 from .config import PlannerConfig
@@ -122,6 +123,28 @@ class _MissingPartitions(Exception):
         self.days = days
 
 
+def _records_of(job: DueJob) -> tuple[RunTemplate, str, tuple[str, bytes], tuple[str, bytes]]:
+    """What every record of ``job`` shares: the template of its value, its target kind and its
+    routing headers. Made once per definition and kept with it (``JobShape.memo``): a job due
+    every second is published in every batch."""
+    made = job.shape.memo.get(job.job_id)  # a definition is one job's (DueJobReader)
+    if made is None:
+        template = RunTemplate(
+            job_id=job.job_id,
+            tenant=job.tenant,
+            max_attempts=job.max_attempts,
+            target_service=job.target_service,
+            target=job.target,
+            lease=job.lease,
+            heartbeat_interval=job.heartbeat_interval,
+            retry=job.retry,
+        )
+        kind = "http" if isinstance(job.target, HttpTarget) else "kafka"
+        target, tenant = RoutingHeaders.job_headers(job.target_service, job.tenant)
+        made = job.shape.memo[job.job_id] = (template, kind, target, tenant)
+    return cast(tuple[RunTemplate, str, tuple[str, bytes], tuple[str, bytes]], made)
+
+
 def _gap(job: DueJob, skipped: tuple[datetime, datetime]) -> OccurrenceGap:
     """The ledger's record of the missed occurrences ``job``'s catch-up policy left out."""
     reason = "max_catch_up" if job.catch_up == "all" else "catch_up"
@@ -156,6 +179,7 @@ class Planner:
         self.catalog = catalog
         self.config = config or PlannerConfig()
         self.cache = ScheduleCache()
+        self.reader = DueJobReader()  # each job's definition parsed once while it stays
         self._monotonic = monotonic
         self.ownership = ownership
         self.member = member
@@ -360,7 +384,11 @@ class Planner:
                 self._last_refused = fence.refused
             lookahead = self.lookahead
             scan_limit = self._scan_limit
-            due = tx.jobs_get_due_batch(shards, now + lookahead, scan_limit) if shards else []
+            due = (
+                tx.jobs_get_due_batch(shards, now + lookahead, scan_limit, self.reader)
+                if shards
+                else []
+            )
             scanned = len(due)
             # Jobs due within the lookahead are planned `refill` beyond it (PlannerConfig).
             plan_until = lookahead + cfg.refill
@@ -593,23 +621,13 @@ class Planner:
         headers = RoutingHeaders(now, RUN_EVENTS.headers())
         missed_before = now - self.config.on_time_grace
         for job, runs in planned:
-            template: RunTemplate | None = None
-            kind = "http" if isinstance(job.target, HttpTarget) else "kafka"
-            target, tenant = RoutingHeaders.job_headers(job.target_service, job.tenant)
+            made = None
             for run in runs:
                 if run.run_id not in inserted or run.due_at > horizon:
                     continue
-                if template is None:
-                    template = RunTemplate(
-                        job_id=job.job_id,
-                        tenant=job.tenant,
-                        max_attempts=job.max_attempts,
-                        target_service=job.target_service,
-                        target=job.target,
-                        lease=job.lease,
-                        heartbeat_interval=job.heartbeat_interval,
-                        retry=job.retry,
-                    )
+                if made is None:
+                    made = _records_of(job)
+                template, kind, target, tenant = made
                 run_id = str(run.run_id)
                 tracker.produce(
                     (run.run_id, run.scheduled_for),

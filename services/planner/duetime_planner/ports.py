@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from duetime.flow import TargetLimit
 from duetime.store import NewRun, OccurrenceGap, ShardFence
-from duetime.store.rows import DueJob, OutboxRun
+from duetime.store.rows import DueJob, DueJobReader, OutboxRun
 
 __all__ = ["PlannerStore", "PlannerTx", "RecordProducer", "ShardOwner"]
 
@@ -35,7 +35,11 @@ class PlannerTx(Protocol):
     def shards_fence(self, owner: str, tokens: Mapping[int, int]) -> ShardFence: ...
 
     def jobs_get_due_batch(
-        self, shards: Sequence[int], horizon: datetime, limit: int
+        self,
+        shards: Sequence[int],
+        horizon: datetime,
+        limit: int,
+        reader: DueJobReader | None = None,
     ) -> list[DueJob]: ...
 
     def jobs_due_histogram(
