@@ -184,25 +184,32 @@ class TimingWheel(Generic[K, V]):
         )
         return [entry.key for entry in entries]
 
-    def next_due(self, prepare: timedelta = timedelta(0)) -> datetime | None:
+    def next_due(
+        self, prepare: timedelta = timedelta(0), ahead: timedelta = timedelta(0)
+    ) -> datetime | None:
         """When :meth:`advance` (with the same ``prepare``) should next be called, or None if
-        the wheel is empty.
+        the wheel is empty; with ``ahead`` (at most ``prepare``), when :meth:`take_ahead` should
+        next be called to take items ``ahead`` of their due instant.
 
-        Never later than the earliest ``due_at`` held, so sleeping until it never oversleeps. It
-        is exact for items whose tick has come; for the others it is the start of the tick (or
-        of the slot's span) that holds the earliest, because finding the exact instant would
-        mean scanning a slot that may hold a whole spike; less ``prepare``, when the work of
-        that tick is to be done ahead.
+        Never later than the earliest ``due_at`` held (less ``ahead``), so sleeping until it
+        never oversleeps. It is exact for items whose tick has come; for the others it is the
+        start of the tick (or of the slot's span) that holds the earliest, because finding the
+        exact instant would mean scanning a slot that may hold a whole spike; less ``prepare``,
+        when the work of that tick is to be done ahead. ``ahead`` moves only the first: a tick
+        is worked ``prepare`` ahead, so its items are ready before anyone wants them ``ahead``,
+        and a caller woken ``ahead`` before a tick's start would find nothing to do there and
+        be woken again at once until the tick's work came due.
         """
         if not self._index:
             return None
         self._drop_removed_ready()
         first = self._first_ready()
+        first_us = None if first is None else first.due_us - ahead // _MICROSECOND
         event = self._next_event_tick()
         if event is None:  # nothing in the slots or in the overflow heap
-            return None if first is None else _from_us(first.due_us)
+            return None if first_us is None else _from_us(first_us)
         event_us = event * self._tick_us - prepare // _MICROSECOND
-        return _from_us(event_us if first is None else min(first.due_us, event_us))
+        return _from_us(event_us if first_us is None else min(first_us, event_us))
 
     def advance(self, now: datetime, prepare: timedelta = timedelta(0)) -> list[V]:
         """Release every item due at or before ``now``, in order of due instant (ties: in order

@@ -213,6 +213,30 @@ def test_take_ahead_takes_what_is_due_by_until_without_moving_the_wheels_now() -
         w.take_ahead(T0, T0 + 2 * lead, lead)
 
 
+def test_a_caller_taking_items_ahead_is_woken_only_when_there_is_work() -> None:
+    """next_due(prepare, ahead) for a caller that takes items ``ahead`` of their instant: it
+    wakes ``ahead`` before the first ready item and ``prepare`` before a tick's work, never
+    ``ahead`` before that (the tick's work is not due then: woken, it would find nothing to do,
+    and be woken again at once, spinning until the work came due)."""
+    w = wheel()
+    lead, ahead = timedelta(seconds=1), timedelta(milliseconds=500)
+    dues = [T0 + timedelta(milliseconds=7 * n + 3) for n in range(400)]  # over 2.8 s
+    for n, due in enumerate(dues):
+        w.add(str(n), due, str(n))
+    now, taken, wakes = T0, {}, 0
+    while (wake := w.next_due(lead, ahead)) is not None:
+        assert wake > now or wakes == 0, "woken with nothing to do"
+        now, wakes = max(now, wake), wakes + 1
+        _, items = w.take_ahead(now, now + ahead, lead)
+        taken |= dict.fromkeys(items, now)
+    assert sorted(taken, key=int) == [str(n) for n in range(400)]
+    # Every item taken ahead of its instant, by at most ``ahead`` (one wake per ready item
+    # at most, and one per tick's work).
+    for n, due in enumerate(dues):
+        assert due - ahead <= taken[str(n)] <= due
+    assert wakes <= 2 * len(dues)
+
+
 # -- properties ------------------------------------------------------------------------------
 
 _offsets = st.integers(min_value=-5_000_000, max_value=4 * 3600 * 1_000_000)  # microseconds

@@ -411,9 +411,7 @@ class Holding(Generic[T]):
         earliest due_at of a staged run, ``stage_ahead`` before the earliest one on the wheel,
         and ``prepare`` ahead of the wheel's next cascade (its work is done before the due
         instant)."""
-        wheel = self._wheel.next_due(self._prepare)
-        if wheel is not None:
-            wheel -= stage_ahead
+        wheel = self._wheel.next_due(self._prepare, stage_ahead)
         if not self._staged_keys:
             return wheel
         staged = _EPOCH + self._staged_due[self._staged_head] * _US
