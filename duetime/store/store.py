@@ -38,6 +38,7 @@ from .engine import make_engine
 from .flow import GrantRequest
 from .queries import query
 from .rows import (
+    DUE_BATCH_COLUMNS,
     DueJob,
     DueJobReader,
     ExpiredLease,
@@ -209,8 +210,11 @@ class Tx:
         """Like ``jobs_get_due``, for batches of thousands (see the query's note). ``reader``:
         the caller's, which parses each job's definition once while it stays the same."""
         params = {"shards": list(shards), "horizon": horizon, "limit": limit, "pick": 2 * limit}
+        result = self.conn.execute(query("jobs_get_due_batch"), params)
+        if tuple(result.keys()) != DUE_BATCH_COLUMNS:  # the reader reads rows by position
+            raise RuntimeError(f"jobs_get_due_batch returns {tuple(result.keys())}")
         read = DueJob.from_row if reader is None else reader.read
-        return [read(r) for r in self._rows("jobs_get_due_batch", params)]
+        return [read(r) for r in result.all()]
 
     def jobs_upsert_many(self, records: Sequence[dict[str, Any]]) -> set[str]:
         """Upsert ``rows.job_record`` objects; returns the job_ids stored (created or updated)."""

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
+from collections import namedtuple
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 from typing import Any
 
 from duetime.model import HttpTarget, KafkaTarget
-from duetime.store.rows import DueJob, DueJobReader
+from duetime.store.rows import DUE_BATCH_COLUMNS, DueJob, DueJobReader
 
 NOW = datetime(2026, 12, 7, 8, 0, tzinfo=UTC)
+# A row as the store hands it over: by position and by name.
+Row = namedtuple("Row", DUE_BATCH_COLUMNS)  # type: ignore[misc]
 
 
 def _row(job_id: str, *, next_run_at: datetime = NOW, **changed: Any) -> Any:
-    """A row of ``jobs_get_due_batch`` (the target as the text the query casts it to)."""
+    """A row of ``jobs_get_due_batch`` (the target as the text the query casts it to), its
+    columns given by name and put in the query's order."""
     target = {"kafka": {"topic": "events", "key": job_id, "value": "{}"}}
     columns: dict[str, Any] = {
         "job_id": job_id,
@@ -41,7 +44,7 @@ def _row(job_id: str, *, next_run_at: datetime = NOW, **changed: Any) -> Any:
         "retry_jitter": 0.1,
         "shard_id": 7,
     }
-    return SimpleNamespace(**(columns | changed))
+    return Row(**(columns | changed))
 
 
 def test_an_unchanged_definition_is_parsed_once_and_shared() -> None:

@@ -88,12 +88,13 @@ RETURNING j.job_id;
 -- full before LIMIT (LockRows sits between them): measured 0.4 s per 5000-job batch with 100k
 -- due. :pick is larger than :limit so that rows locked elsewhere do not leave the batch short.
 -- Hot rows only (cold_bucket IS NULL, the due index's predicate): far-future jobs are cold.
--- The target comes as text: the planner compares it with the text it parsed last time
--- (rows.DueJobReader) and parses only a changed one.
-SELECT job_id, tenant, schedule_kind, schedule_expr, time_zone, dst_gap, dst_overlap, start_at,
-       window_ms, catch_up, max_catch_up, target_service, max_attempts, next_run_at,
-       last_scheduled_for, CAST(target AS text) AS target, lease_ms, heartbeat_ms,
-       retry_initial_ms, retry_multiplier, retry_max_ms, retry_jitter, shard_id
+-- The columns in the order of rows.DUE_BATCH_COLUMNS (checked by the store): where the job
+-- stands, then its definition, which the planner compares with the one it parsed last time
+-- (rows.DueJobReader) as one slice of the row; the target as text for that compare.
+SELECT job_id, next_run_at, last_scheduled_for, shard_id, tenant, schedule_kind, schedule_expr,
+       time_zone, dst_gap, dst_overlap, start_at, window_ms, catch_up, max_catch_up,
+       target_service, max_attempts, CAST(target AS text) AS target, lease_ms, heartbeat_ms,
+       retry_initial_ms, retry_multiplier, retry_max_ms, retry_jitter
 FROM jobs
 WHERE job_id = ANY(ARRAY(
         SELECT job_id FROM jobs
