@@ -43,9 +43,9 @@ SCENARIO_SET: tuple[tuple[str, str, int, int], ...] = (
     ("spike", "kafka", 20_000, 1_000_000),
     ("steady", "kafka", STEADY_DEFAULT_N["kafka"], 1_000_000),
     # What steady loads this machine does sustain, beside the targets it misses: a light one,
-    # and one near the most it keeps up with (6,500-7,500 runs/s in single runs, 2026-12-06).
+    # and one near the most it keeps up with (8,500 runs/s in single runs, 9,000 not, 2026-12-07).
     ("steady", "kafka", 1_000, 0),
-    ("steady", "kafka", 6_000, 0),
+    ("steady", "kafka", 8_000, 0),
     # Flow control: one target limited to 1,000/s, tenants with 50k and 10 runs due at T.
     ("throttled", "kafka", 50_000, 0),
 )
