@@ -8,7 +8,7 @@ RUN := $(UV) run --frozen --no-sync
 export UV_PYTHON_DOWNLOADS := never
 export UV_PYTHON := $(PYTHON)
 
-.PHONY: up test browser check lint fmt typecheck contracts unit bench bench-spike bench-scan stack-up stack-down clean
+.PHONY: up test browser check lint fmt typecheck contracts unit bench bench-spike bench-scan bench-ingest stack-up stack-down clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -63,6 +63,11 @@ bench-spike: $(STAMP)
 SIZES ?= 10k,1M,10M
 bench-scan: $(STAMP)
 	$(RUN) python -m bench scan --sizes $(SIZES)
+
+## bench-ingest: 100k job definitions by `duetime jobs apply` and through the jobs topic (~3 min);
+## bench/results/ingest.json, bench/reports/ingest.md
+bench-ingest: $(STAMP)
+	$(RUN) python -m bench ingest
 
 stack-up: $(STAMP)
 	$(RUN) duetime stack up

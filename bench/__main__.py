@@ -2,7 +2,8 @@
 
 ``python -m bench bench_schedule ...`` runs the named modules only; ``python -m bench spike ...``
 runs one scenario of the spike benchmark (``python -m bench spike --help``); ``python -m bench
-scan [--sizes 10k,1M]`` the due-scan benchmark (``make bench-scan``).
+scan [--sizes 10k,1M]`` the due-scan benchmark (``make bench-scan``); ``python -m bench ingest
+[--n N]`` job definitions through ``duetime jobs apply`` and the jobs topic (``make bench-ingest``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ def main() -> int:
         from bench.bench_spike import spike_command
 
         return spike_command(sys.argv[2:])
+    if sys.argv[1:2] == ["ingest"]:
+        from bench.bench_ingest import ingest_command
+
+        return ingest_command(sys.argv[2:])
     if sys.argv[1:2] == ["scan"]:
         from bench.bench_scan import scan_command
 
