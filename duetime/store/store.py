@@ -583,6 +583,24 @@ class Store:
             )
         return {(row.run_id, row.attempt) for row in rows}
 
+    def runs_handled(
+        self, attempts: Sequence[tuple[uuid.UUID, datetime, int]]
+    ) -> set[tuple[uuid.UUID, int]]:
+        """Of ``attempts`` (run_id, scheduled_for, attempt), the (run_id, attempt) whose run is
+        already past that attempt (``dispatcher.sql``): executing it again would repeat it."""
+        if not attempts:
+            return set()
+        with self.tx() as tx:
+            rows = tx._rows(
+                "runs_handled",
+                {
+                    "run_ids": uuids(a[0] for a in attempts),
+                    "scheduled_fors": instants(a[1] for a in attempts),
+                    "attempts": numbers(a[2] for a in attempts),
+                },
+            )
+        return {(row.run_id, row.attempt) for row in rows}
+
     def db_clock(self) -> datetime:
         """The database clock right now (``clock_timestamp()``), for the dispatcher's offset."""
         with self.tx() as tx:

@@ -24,6 +24,7 @@ from typing import Any, cast
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from sqlalchemy import text
 
 from duetime.bus.kafka import consumer_config, create_topics, producer_config
 from duetime.bus.records import RUN_EVENTS, RUN_RESULTS
@@ -618,6 +619,41 @@ def test_kafka_targets_are_emitted_by_the_dispatcher_and_recorded_in_batches(
     assert row(forged).state == "scheduled"
     assert all(not ready.of(run) for run in runs)
     dispatcher.wait_event("run.emit_skipped", f"run_id={forged.run_id}")
+    store.close()
+
+
+def test_a_late_kafka_run_already_recorded_is_acked_not_emitted_again(
+    settings: Settings,
+    dispatchers: Callable[..., DispatcherProcess],
+) -> None:
+    """A Kafka-target record read after its due instant (as after a restart that re-reads what
+    was emitted but not yet committed) is looked up first: a run the database already records
+    past that attempt is acked without an emit; one still scheduled is emitted."""
+    store = Store(settings.database_url, pool_size=1)
+    user_topic = f"user-{uuid.uuid4().hex[:8]}"
+    create_topics(settings, [TopicSpec(user_topic, 1)])
+    dispatcher = dispatchers()
+    dispatcher.wait_event("dispatcher.started")
+    due_at = (datetime.now(UTC) - timedelta(seconds=5)).replace(microsecond=0)
+    done, retried, pending = (kafka_run(store, user_topic, due_at) for _ in range(3))
+    with store.engine.begin() as conn:  # done: emitted and recorded; retried: attempt 2 is next
+        conn.execute(
+            text("UPDATE runs SET state = 'succeeded', attempt = 1 WHERE run_id = :r"),
+            {"r": done.run_id},
+        )
+        conn.execute(text("UPDATE runs SET attempt = 1 WHERE run_id = :r"), {"r": retried.run_id})
+    out = Publisher(settings)
+    for run in (done, retried, pending):
+        out.send(
+            "10s", RUN_EVENTS.encode(run), str(run.run_id).encode(), headers=routed_headers(run)
+        )
+    out.flush()
+
+    dispatcher.wait_event("runs.already_handled", "count=2", "asked=3")
+    records = read_all(settings, user_topic, lambda got: len(got) >= 1)
+    emitted = {dict(r.headers())["X-Duetime-Run-Id"].decode() for r in records}
+    assert emitted == {str(pending.run_id)}
+    dispatcher.wait_event("dispatcher.stats", "already_handled=2")
     store.close()
 
 

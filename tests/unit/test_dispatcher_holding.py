@@ -204,6 +204,19 @@ def test_holding_acks_runs_due_beyond_max_hold_without_holding_them() -> None:
     assert receive(h, src(2), run_due(T0 + timedelta(days=2), n=5), now=later) is Outcome.HELD
 
 
+def test_holding_acks_a_record_whose_run_is_already_handled_without_releasing_it() -> None:
+    """A late record the database says its run is past: acked in offset order, never released,
+    and a later copy of the same run is not taken for a duplicate of it."""
+    h: Holding[str] = Holding(T0)
+    assert receive(h, src(0), run_due(T0 - S, n=1)) is Outcome.HELD
+    handled = h.receive(src(1), run_due(T0 - S, n=2), token(src(1)), T0, handled=True)
+    assert handled is Outcome.HANDLED
+    assert h.held == 1 and h.counters.handled == 1
+    assert h.ackable() == []  # behind the held run 1
+    assert [run_number(r.routed) for r in due(h, T0)] == [1]
+    assert receive(h, src(2), run_due(T0 - S, n=2)) is Outcome.HELD
+
+
 def test_ledger_partial_revoke_keeps_other_partitions() -> None:
     ledger: OffsetLedger[int] = OffsetLedger()
     a = ledger.track(("t", 0), 0, 10)

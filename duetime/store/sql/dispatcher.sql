@@ -38,6 +38,17 @@ WITH req AS (
 )
 SELECT run_id, attempt FROM done;
 
+-- name: runs_handled
+-- Of the given attempts (run n of each), those whose run is already past them: no longer
+-- 'scheduled' with n - 1 attempts behind it (claimed by a worker, ended, retried, or recorded as
+-- emitted). The dispatcher drops such a record when it reads it late, typically again after a
+-- restart, instead of emitting it a second time. A run without a row is not returned.
+SELECT r.run_id, req.attempt
+FROM unnest(CAST(:run_ids AS uuid[]), CAST(:scheduled_fors AS timestamptz[]),
+            CAST(:attempts AS integer[])) AS req(run_id, scheduled_for, attempt)
+JOIN runs r ON r.run_id = req.run_id AND r.scheduled_for = req.scheduled_for
+WHERE NOT (r.state = 'scheduled' AND r.attempt = req.attempt - 1);
+
 -- name: db_clock
 -- The database clock as it is while the statement runs (not the transaction's start): the
 -- dispatcher brackets it with its own clock to bound its offset from the database.

@@ -40,9 +40,10 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterable, Sequence
+import uuid
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -100,6 +101,14 @@ _NO_LEAD = timedelta(0)
 # record round (recorder.EmittedRecorder.publish_results says why).
 _RESULTS_QUIET = timedelta(milliseconds=300)
 _RESULTS_PER_ROUND = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class _Routed:
+    """A batch of records as routed (None for a poison record), and when it was read."""
+
+    records: list[tuple[Source, Routed | None]]
+    read_at: datetime  # this host's clock
 
 
 def _ms(value: timedelta) -> float:
@@ -215,7 +224,12 @@ class Dispatcher:
             while not self.app.should_stop and not self._closing:
                 messages = intake.poll(max_batch)
                 if messages:
-                    self.take(messages)
+                    batch = self.route(messages)
+                    # Nothing polls while this waits: no rebalance can move the partitions.
+                    handled = await self.already_handled(batch)
+                    if self._closing:
+                        return  # not held, not acked: read again by the next owner
+                    self.hold(batch, handled)
                     # Held until due: out of the young collections' way (heap.py says why).
                     self.heap.freeze()
                     await asyncio.sleep(0)
@@ -232,16 +246,18 @@ class Dispatcher:
             log.exception("dispatcher.intake_crashed")
             await self.app.crash(exc)
 
-    def take(self, messages: Sequence[Message]) -> None:
-        """Route a batch of records and hand them to the holding."""
-        holding = self.holding
+    def take(
+        self, messages: Sequence[Message], handled: Collection[tuple[uuid.UUID, int]] = ()
+    ) -> None:
+        """Route a batch of records and hand them to the holding (:meth:`route`, :meth:`hold`).
+        ``handled``: the (run_id, attempt) whose runs are already past them (acked, not held)."""
+        self.hold(self.route(messages), handled)
+
+    def route(self, messages: Sequence[Message]) -> _Routed:
+        """Route a batch of records (a poison record routes to None), and when it was read."""
         assigned = self.intake.assigned
         local_now = self._clock()
-        received_ms = epoch_ms(local_now)
-        now = local_now - self.clock_offset.correction_ms * _MS
-        min_sent_delta: int | None = None
-        debug = log.isEnabledFor(logging.DEBUG)
-        claim_ahead, limited = self.config.claim_ahead, self.throttle.limited
+        routed_records: list[tuple[Source, Routed | None]] = []
         for message in messages:
             source = Source(message.topic(), message.partition(), message.offset())  # type: ignore[arg-type]
             if source.tp not in assigned:
@@ -268,6 +284,18 @@ class Dispatcher:
                     offset=source.offset,
                     reason=str(exc) if isinstance(exc, CodecError) else repr(exc),
                 )
+            routed_records.append((source, routed))
+        return _Routed(routed_records, local_now)
+
+    def hold(self, batch: _Routed, handled: Collection[tuple[uuid.UUID, int]] = ()) -> None:
+        """Hand a routed batch to the holding, in the order it was read."""
+        holding = self.holding
+        received_ms = epoch_ms(batch.read_at)
+        now = batch.read_at - self.clock_offset.correction_ms * _MS
+        min_sent_delta: int | None = None
+        debug = log.isEnabledFor(logging.DEBUG)
+        claim_ahead, limited = self.config.claim_ahead, self.throttle.limited
+        for source, routed in batch.records:
             lead = _NO_LEAD
             if (
                 claim_ahead
@@ -277,7 +305,10 @@ class Dispatcher:
                 and not limited(routed.target_service)
             ):
                 lead = claim_ahead  # a worker claims it ahead (docs/claim-ahead.md)
-            outcome = holding.receive(source, routed, source, now, lead)
+            done = (
+                bool(handled) and routed is not None and (routed.run_id, routed.attempt) in handled
+            )
+            outcome = holding.receive(source, routed, source, now, lead, done)
             if routed is None:
                 continue
             if routed.sent_at_ms is not None:
@@ -306,6 +337,33 @@ class Dispatcher:
         self._apply_gate(now)
         if self._wake is not None:
             self._wake.set()
+
+    async def already_handled(self, batch: _Routed) -> set[tuple[uuid.UUID, int]]:
+        """Of a batch's Kafka-target runs read ``recheck_late`` or more after their due instant,
+        those whose run is already past the record's attempt (the database says so): a record
+        read again after a restart, whose run this dispatcher or another emitted and recorded
+        before its offset was committed. Emitting it again would be a duplicate at the job's
+        topic. Runs read on time cost nothing (none are asked about). If the database cannot
+        answer, none is dropped: at-least-once, as before."""
+        late = self.config.recheck_late
+        if late is None:
+            return set()
+        before = batch.read_at - self.clock_offset.correction_ms * _MS - late
+        runs = [
+            routed.emission.run
+            for _source, routed in batch.records
+            if routed is not None and routed.emission is not None and routed.due_at <= before
+        ]
+        if not runs:
+            return set()
+        try:
+            handled = await self.recorder.handled(runs)
+        except StoreError as exc:
+            log_event(log, "runs.recheck_failed", logging.WARNING, count=len(runs), reason=str(exc))
+            return set()
+        if handled:
+            log_event(log, "runs.already_handled", count=len(handled), asked=len(runs))
+        return handled
 
     def _plan_emission(self, routed: Routed, source: Source) -> Routed:
         try:
@@ -720,6 +778,7 @@ class Dispatcher:
             stale=self.stale,
             redelivered=counters.redelivered,
             too_far=counters.too_far,
+            already_handled=counters.handled,
             release_failures=counters.release_failures,
             dropped_on_revoke=counters.dropped_on_revoke,
             shed=counters.shed,

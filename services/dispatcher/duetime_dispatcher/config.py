@@ -43,6 +43,11 @@ class DispatcherConfig:
             instant only the produce calls are left: taking 20k runs off the wheel and making
             their releases took ~20 ms of the 20k spike's first 100 ms (docs/dispatcher.md,
             "Staged ahead"). A staged run still counts as held, and nothing is released early.
+        recheck_late: a Kafka-target run read this long or more after its due instant (a
+            record read again after a restart, or a backlog) is first looked up in the
+            database, one statement per batch; one whose run is already past the record's
+            attempt (emitted and recorded before the crash, or run by a worker) is acked
+            instead of emitted a second time. None turns the look-up off.
         commit_interval: how often the intake commits the acked prefix of each partition.
         retry_interval: how long after the broker refused a release it is tried again.
         publish_timeout: the longest one release round waits for the broker's acknowledgements;
@@ -93,6 +98,7 @@ class DispatcherConfig:
     tick: timedelta = timedelta(milliseconds=10)
     prepare_ahead: timedelta = timedelta(seconds=1)
     stage_ahead: timedelta = timedelta(milliseconds=500)
+    recheck_late: timedelta | None = timedelta(seconds=1)
     commit_interval: timedelta = timedelta(seconds=1)
     retry_interval: timedelta = timedelta(seconds=1)
     publish_timeout: timedelta = timedelta(seconds=35)
@@ -149,6 +155,8 @@ class DispatcherConfig:
             raise ConfigError("dispatcher prepare_ahead must not be negative")
         if not timedelta(0) <= self.stage_ahead <= self.prepare_ahead:
             raise ConfigError("dispatcher stage_ahead must be between 0 and prepare_ahead")
+        if self.recheck_late is not None and self.recheck_late < timedelta(0):
+            raise ConfigError("dispatcher recheck_late must not be negative")
         if not timedelta(0) <= self.claim_ahead <= MAX_CLAIM_AHEAD:
             raise ConfigError(
                 f"dispatcher claim_ahead must be between 0 and {MAX_CLAIM_AHEAD.seconds} s"

@@ -58,6 +58,8 @@ class Outcome(StrEnum):
     REDELIVERED = "redelivered"
     #: Due further out than ``max_hold``: acked, not held (the planner re-publishes it).
     TOO_FAR = "too_far"
+    #: Its run is already past this attempt (the database says so): acked, not released.
+    HANDLED = "handled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,7 @@ class Counters:
     undecodable: int = 0
     redelivered: int = 0
     too_far: int = 0
+    handled: int = 0
     release_failures: int = 0
     dropped_on_revoke: int = 0
     shed: int = 0
@@ -184,9 +187,11 @@ class Holding(Generic[T]):
         token: T,
         now: datetime,
         lead: timedelta = _NO_LEAD,
+        handled: bool = False,
     ) -> Outcome:
         """Take one record read from ``source`` at ``now``; ``routed`` is None for poison.
-        It is released ``lead`` before its due instant (a run a worker claims ahead).
+        It is released ``lead`` before its due instant (a run a worker claims ahead);
+        ``handled``: its run is already past its attempt, so it is acked and not released.
 
         Records of one partition must come in offset order.
         """
@@ -199,6 +204,10 @@ class Holding(Generic[T]):
             self.counters.undecodable += 1
             self._ledger.settle(claim)
             return Outcome.UNDECODABLE
+        if handled:
+            self.counters.handled += 1
+            self._ledger.settle(claim)
+            return Outcome.HANDLED
         key = routed.key
         if (
             key in self._wheel

@@ -36,6 +36,7 @@ from duetime.bus.result_encoding import ResultTemplate
 from duetime.errors import StoreError
 from duetime.flow import TargetLimit
 from duetime.logs import event as log_event
+from duetime.model import RunEvent
 from duetime.store.flow import GrantRequest
 
 from .fast_path import Emission
@@ -58,6 +59,10 @@ class DispatcherStore(Protocol):
 
     def runs_emitted(
         self, worker: str, emitted: Sequence[EmittedRow]
+    ) -> set[tuple[uuid.UUID, int]]: ...
+
+    def runs_handled(
+        self, attempts: Sequence[tuple[uuid.UUID, datetime, int]]
     ) -> set[tuple[uuid.UUID, int]]: ...
 
     def db_clock(self) -> datetime: ...
@@ -169,6 +174,24 @@ class EmittedRecorder(Generic[T]):
         )
         kept = set(unwritten)
         return [done.release for done in batch if done not in kept]
+
+    async def handled(self, runs: Sequence[RunEvent]) -> set[tuple[uuid.UUID, int]]:
+        """Of ``runs`` (each an attempt about to be emitted), the (run_id, attempt) whose run is
+        already past that attempt, asked of each run's cluster on the database thread. Raises
+        ``StoreError`` when a cluster cannot answer."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._db, self._handled, runs)
+
+    def _handled(self, runs: Sequence[RunEvent]) -> set[tuple[uuid.UUID, int]]:
+        parts: Sequence[tuple[DispatcherStore, Sequence[RunEvent]]]
+        if self._clusters is None:
+            parts = [(self._store, runs)]
+        else:
+            parts = self._clusters.split(runs, lambda run: run.job_id)
+        found: set[tuple[uuid.UUID, int]] = set()
+        for store, part in parts:
+            found |= store.runs_handled([(r.run_id, r.scheduled_for, r.attempt) for r in part])
+        return found
 
     async def on_db(self, call: Callable[[DispatcherStore], R]) -> R:
         """Run ``call(store)`` on the database thread (one at a time with the writes)."""
