@@ -246,13 +246,6 @@ class Dispatcher:
             log.exception("dispatcher.intake_crashed")
             await self.app.crash(exc)
 
-    def take(
-        self, messages: Sequence[Message], handled: Collection[tuple[uuid.UUID, int]] = ()
-    ) -> None:
-        """Route a batch of records and hand them to the holding (:meth:`route`, :meth:`hold`).
-        ``handled``: the (run_id, attempt) whose runs are already past them (acked, not held)."""
-        self.hold(self.route(messages), handled)
-
     def route(self, messages: Sequence[Message]) -> _Routed:
         """Route a batch of records (a poison record routes to None), and when it was read."""
         assigned = self.intake.assigned
@@ -288,7 +281,8 @@ class Dispatcher:
         return _Routed(routed_records, local_now)
 
     def hold(self, batch: _Routed, handled: Collection[tuple[uuid.UUID, int]] = ()) -> None:
-        """Hand a routed batch to the holding, in the order it was read."""
+        """Hand a routed batch to the holding, in the order it was read. ``handled``: the
+        (run_id, attempt) whose runs are already past them (acked, not held)."""
         holding = self.holding
         received_ms = epoch_ms(batch.read_at)
         now = batch.read_at - self.clock_offset.correction_ms * _MS
