@@ -285,7 +285,7 @@ class Dispatcher:
         (run_id, attempt) whose runs are already past them (acked, not held)."""
         holding = self.holding
         received_ms = epoch_ms(batch.read_at)
-        now = batch.read_at - self.clock_offset.correction_ms * _MS
+        now = self._on_db_clock(batch.read_at)
         min_sent_delta: int | None = None
         debug = log.isEnabledFor(logging.DEBUG)
         claim_ahead, limited = self.config.claim_ahead, self.throttle.limited
@@ -342,7 +342,7 @@ class Dispatcher:
         late = self.config.recheck_late
         if late is None:
             return set()
-        before = batch.read_at - self.clock_offset.correction_ms * _MS - late
+        before = self._on_db_clock(batch.read_at) - late
         runs = [
             routed.emission.run
             for _source, routed in batch.records
@@ -384,7 +384,11 @@ class Dispatcher:
 
     def db_now(self) -> datetime:
         """Now on the database clock, as well as this process can tell (never ahead of it)."""
-        return self._clock() - self.clock_offset.correction_ms * _MS
+        return self._on_db_clock(self._clock())
+
+    def _on_db_clock(self, local: datetime) -> datetime:
+        """``local`` (this host's clock) on the database clock, as well as this process can tell."""
+        return local - self.clock_offset.correction_ms * _MS
 
     # -- back-pressure -------------------------------------------------------------------------
 

@@ -46,6 +46,7 @@ __all__ = ["DispatcherStore", "EmittedRecorder", "RunClusters"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+Item = TypeVar("Item")
 
 log = logging.getLogger("duetime.dispatcher")
 
@@ -183,15 +184,18 @@ class EmittedRecorder(Generic[T]):
         return await loop.run_in_executor(self._db, self._handled, runs)
 
     def _handled(self, runs: Sequence[RunEvent]) -> set[tuple[uuid.UUID, int]]:
-        parts: Sequence[tuple[DispatcherStore, Sequence[RunEvent]]]
-        if self._clusters is None:
-            parts = [(self._store, runs)]
-        else:
-            parts = self._clusters.split(runs, lambda run: run.job_id)
         found: set[tuple[uuid.UUID, int]] = set()
-        for store, part in parts:
+        for store, part in self._by_cluster(runs, lambda run: run.job_id):
             found |= store.runs_handled([(r.run_id, r.scheduled_for, r.attempt) for r in part])
         return found
+
+    def _by_cluster(
+        self, items: Sequence[Item], job_id: Callable[[Item], str]
+    ) -> Sequence[tuple[DispatcherStore, Sequence[Item]]]:
+        """``items`` as (store, the items of its cluster) pairs, by each item's job id."""
+        if self._clusters is None:
+            return [(self._store, items)]
+        return self._clusters.split(items, job_id)
 
     async def on_db(self, call: Callable[[DispatcherStore], R]) -> R:
         """Run ``call(store)`` on the database thread (one at a time with the writes)."""
@@ -232,14 +236,9 @@ class EmittedRecorder(Generic[T]):
     def _write(self, batch: Sequence[_Done[T]]) -> tuple[list[_Done[T]], StoreError | None]:
         """On the database thread, each cluster's part in its own statements; returns what
         could not be written (the parts of the clusters that failed) and the last error."""
-        parts: Sequence[tuple[DispatcherStore, Sequence[_Done[T]]]]
-        if self._clusters is None:
-            parts = [(self._store, batch)]
-        else:
-            parts = self._clusters.split(batch, lambda done: done.emission.run.job_id)
         unwritten: list[_Done[T]] = []
         error: StoreError | None = None
-        for store, part in parts:
+        for store, part in self._by_cluster(batch, lambda done: done.emission.run.job_id):
             try:
                 self._write_part(store, part)
             except StoreError as exc:  # this cluster's part stays buffered; the others go on

@@ -621,13 +621,10 @@ class Planner:
         headers = RoutingHeaders(now, RUN_EVENTS.headers())
         missed_before = now - self.config.on_time_grace
         for job, runs in planned:
-            made = None
+            template, kind, target, tenant = _records_of(job)
             for run in runs:
                 if run.run_id not in inserted or run.due_at > horizon:
                     continue
-                if made is None:
-                    made = _records_of(job)
-                template, kind, target, tenant = made
                 run_id = str(run.run_id)
                 tracker.produce(
                     (run.run_id, run.scheduled_for),
