@@ -443,6 +443,18 @@ def test_runs_staged_ahead_are_released_at_their_instant_and_still_count_as_held
     assert h.held == 1 and h.in_flight == 4  # with run 5, not yet delivered
 
 
+def test_a_run_staged_after_later_ones_is_released_at_its_instant_and_they_at_theirs() -> None:
+    """Read after a staging and due before the runs it staged, a run staged next goes in due
+    order: the slice at its instant takes it alone, not the later runs early."""
+    h: Holding[str] = Holding(T0, prepare=S)
+    receive(h, src(0), run_due(T0 + 2 * MS, n=0))
+    assert h.stage(T0, T0 + 2 * MS) == 1
+    receive(h, src(1), run_due(T0 + 1 * MS, n=1))
+    assert h.stage(T0, T0 + 1 * MS) == 1
+    assert [run_number(r.routed) for r in due(h, T0 + 1 * MS)] == [1]
+    assert [run_number(r.routed) for r in due(h, T0 + 2 * MS)] == [0]
+
+
 def test_a_revoke_drops_staged_runs_and_a_reread_copy_is_released_once() -> None:
     h: Holding[str] = Holding(T0, prepare=S)
     receive(h, src(0, partition=0), run_due(T0 + 5 * S, n=0))

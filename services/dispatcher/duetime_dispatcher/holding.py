@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any, Generic, TypeVar
 
 from duetime.timing_wheel import TimingWheel
@@ -46,6 +46,7 @@ _US = timedelta(microseconds=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NO_LEAD = timedelta(0)
 _KEY = attrgetter("key")
+_FIRST = itemgetter(0)
 
 
 class Outcome(StrEnum):
@@ -246,8 +247,17 @@ class Holding(Generic[T]):
         if self._staged_head:
             del self._staged[: self._staged_head], self._staged_due[: self._staged_head]
             self._staged_head = 0
-        self._staged += staged
-        self._staged_due += dues
+        if self._staged_due and dues[0] < self._staged_due[-1]:
+            # A run read after an earlier staging and due before runs it staged: merged in due
+            # order, or the slice taken at its instant would take those later runs early.
+            merged = sorted(
+                zip(self._staged_due + dues, self._staged + staged, strict=True), key=_FIRST
+            )
+            self._staged_due = [due for due, _release in merged]
+            self._staged = [release for _due, release in merged]
+        else:
+            self._staged += staged
+            self._staged_due += dues
         return len(staged)
 
     def take_due(self, now: datetime) -> list[Release[T]]:
