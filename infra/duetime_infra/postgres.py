@@ -42,7 +42,15 @@ from duetime_infra.processes import (
     wait_exit,
 )
 
-__all__ = ["DEFAULT_DATABASE", "PostgresServer", "cluster_name", "has_cluster_data"]
+__all__ = [
+    "DEFAULT_DATABASE",
+    "SETTINGS_ENV",
+    "PostgresServer",
+    "cluster_name",
+    "has_cluster_data",
+    "parse_settings",
+    "workload_settings",
+]
 
 DEFAULT_DATABASE = "duetime"
 # sun_path is 108 bytes including the terminating NUL.
@@ -51,8 +59,54 @@ _MAX_SOCKET_PATH = 107
 # How long backends of a crashed postmaster get to notice and exit before they are killed.
 _ORPHAN_GRACE = 5.0
 _NON_DURABLE = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+# A scheduler writes every run several times (insert, publish mark, result) and moves every due
+# job: at a steady 8,000 runs/s that is ~17 MB of WAL a second. PostgreSQL's stock
+# max_wal_size (1 GB) then forces a checkpoint about once a minute, and the first change of each
+# page after a checkpoint writes the whole page to the WAL again; its stock shared_buffers
+# (128 MB) holds less than a minute of a day's runs partition. infra/README.md has the figures.
+_MAX_WAL_SIZE = "4GB"
+_CHECKPOINT_TIMEOUT = "15min"
+_SHARED_BUFFERS_MIN_MB = 128
+_SHARED_BUFFERS_MAX_MB = 2048
+# The environment variable whose ``name=value,name=value`` settings override every default here.
+SETTINGS_ENV = "DUETIME_POSTGRES_SETTINGS"
 
 _logger = logging.getLogger(__name__)
+
+
+def workload_settings(memory_bytes: int | None = None) -> dict[str, str]:
+    """The server settings every embedded cluster starts with: shared_buffers an eighth of the
+    machine's memory (128 MB to 2 GB), checkpoints at most every 15 minutes or 4 GB of WAL."""
+    if memory_bytes is None:
+        memory_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    buffers_mb = min(
+        max(memory_bytes // 8 // 2**20, _SHARED_BUFFERS_MIN_MB), _SHARED_BUFFERS_MAX_MB
+    )
+    return {
+        "shared_buffers": f"{buffers_mb}MB",
+        "max_wal_size": _MAX_WAL_SIZE,
+        "checkpoint_timeout": _CHECKPOINT_TIMEOUT,
+    }
+
+
+def parse_settings(text: str) -> dict[str, str]:
+    """``name=value,name=value`` (DUETIME_POSTGRES_SETTINGS) as a dict; blanks are ignored.
+
+    Raises StackError naming the entry that is not ``name=value``: a typo must not start the
+    server with a default the operator meant to replace.
+    """
+    settings: dict[str, str] = {}
+    for entry in text.split(","):
+        if not entry.strip():
+            continue
+        name, sep, value = entry.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise StackError(
+                f"{SETTINGS_ENV}: {entry.strip()!r} is not name=value "
+                "(example: shared_buffers=4GB,max_wal_size=16GB)"
+            )
+        settings[name.strip()] = value.strip()
+    return settings
 
 
 def cluster_name(cluster: int) -> str:
@@ -95,6 +149,8 @@ class PostgresServer(Component):
         database: created on first start; the URL points at it.
         durable: False turns off fsync, synchronous_commit and full_page_writes (tests only).
         settings: extra ``-c name=value`` server settings, e.g. ``{"max_connections": "200"}``.
+            Precedence, lowest first: workload_settings(), the non-durable ones, the environment's
+            DUETIME_POSTGRES_SETTINGS, then these.
         """
         super().__init__(
             data_dir, port=port, env=env, on_change=on_change, die_with_owner=die_with_owner
@@ -102,7 +158,12 @@ class PostgresServer(Component):
         self.name = cluster_name(cluster)
         self.cluster = cluster
         self.database = database
-        self._settings = {**({} if durable else _NON_DURABLE), **(settings or {})}
+        self._settings = {
+            **workload_settings(),
+            **({} if durable else _NON_DURABLE),
+            **parse_settings(self._env.get(SETTINGS_ENV, "")),
+            **(settings or {}),
+        }
         self._os_user: OsUser | None = None
 
     @property

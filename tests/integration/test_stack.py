@@ -32,6 +32,7 @@ from duetime_infra import (
     find_free_port,
 )
 from duetime_infra.ports import port_is_free
+from duetime_infra.postgres import workload_settings
 from duetime_infra.stack import S3_CLIENT_KEYS
 from tests.fixtures.s3 import S3Server
 
@@ -281,6 +282,32 @@ def test_killed_broker_restarts_on_the_same_port(tmp_path: Path) -> None:
     finally:
         broker.stop()
     assert port_is_free(broker.port)
+
+
+def test_postgres_runs_with_the_workload_settings_and_the_operators_overrides(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "DUETIME_POSTGRES_SETTINGS": "max_wal_size=2GB,work_mem=8MB"}
+    server = PostgresServer(tmp_path, env=env)
+    try:
+        server.start()
+        with psycopg.connect(server.url, autocommit=True) as conn:
+
+            def show(name: str) -> str:
+                row = conn.execute(f"show {name}").fetchone()
+                assert row is not None
+                return str(row[0])
+
+            assert show("checkpoint_timeout") == "15min"
+            assert show("max_wal_size") == "2GB"  # the override wins over the default 4GB
+            assert show("work_mem") == "8MB"
+            buffers = conn.execute(
+                "select setting::bigint * 8 / 1024 from pg_settings where name = 'shared_buffers'"
+            ).fetchone()
+            assert buffers is not None
+            assert f"{buffers[0]}MB" == workload_settings()["shared_buffers"]
+    finally:
+        server.stop()
 
 
 def test_killed_postgres_restarts_with_its_data(tmp_path: Path) -> None:
