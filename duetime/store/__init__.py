@@ -10,7 +10,7 @@ from .attempts import (
     Unclaim,
 )
 from .migrate import apply_migrations
-from .store import Ledger, NewRun, OccurrenceGap, ShardFence, ShardOwnerRow, Store, Tx
+from .store import InsertedRuns, Ledger, NewRun, OccurrenceGap, ShardFence, ShardOwnerRow, Store, Tx
 
 __all__ = [
     "DEFERRED",
@@ -18,6 +18,7 @@ __all__ = [
     "Claim",
     "ClaimDeferred",
     "ClaimRequest",
+    "InsertedRuns",
     "LeaseRenewal",
     "Ledger",
     "NewRun",

@@ -180,6 +180,24 @@ CREATE TABLE public.run_fenced_completions (
     received_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE public.run_publications (
+    publication_id bigint NOT NULL,
+    planner text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    run_ids uuid[] NOT NULL,
+    scheduled_fors timestamp with time zone[] NOT NULL,
+    CONSTRAINT run_publications_keys CHECK (((cardinality(run_ids) = cardinality(scheduled_fors)) AND (cardinality(run_ids) > 0)))
+);
+
+ALTER TABLE public.run_publications ALTER COLUMN publication_id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.run_publications_publication_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE public.runs (
     run_id uuid NOT NULL,
     job_id text NOT NULL,
@@ -309,6 +327,9 @@ ALTER TABLE ONLY public.occurrence_gaps
 
 ALTER TABLE ONLY public.run_attempts
     ADD CONSTRAINT run_attempts_pkey PRIMARY KEY (run_id, attempt);
+
+ALTER TABLE ONLY public.run_publications
+    ADD CONSTRAINT run_publications_pkey PRIMARY KEY (publication_id);
 
 ALTER TABLE ONLY public.runs
     ADD CONSTRAINT runs_job_occurrence_key UNIQUE (job_id, scheduled_for);

@@ -50,7 +50,7 @@ from .rows import (
     target_from_json,
 )
 
-__all__ = ["NewRun", "ShardFence", "ShardOwnerRow", "Store", "StoredJob", "Tx"]
+__all__ = ["InsertedRuns", "NewRun", "ShardFence", "ShardOwnerRow", "Store", "StoredJob", "Tx"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,18 @@ class NewRun:
     max_attempts: int
     # The job's shard, which fences the insert in etcd mode (sql/shards.sql).
     shard_id: int = 0
+    # Inserted already marked published, provisionally (runs_insert_publishing): the planner
+    # publishes it right after the commit.
+    published: bool = False
+
+
+@dataclass(frozen=True)
+class InsertedRuns:
+    """What runs_insert_publishing created: the new runs' ids, and the publication row holding
+    those inserted marked published (None: none were)."""
+
+    inserted: set[uuid.UUID]
+    publication_id: int | None
 
 
 @dataclass(frozen=True)
@@ -320,8 +332,21 @@ class Tx:
     ) -> set[uuid.UUID]:
         """Insert in one statement; returns the run ids that were new (the others existed, or
         their shard's stored fencing token is not the one in ``tokens``)."""
+        return self._insert_runs(runs, tokens, None).inserted
+
+    def runs_insert_publishing(
+        self, runs: Sequence[NewRun], tokens: Mapping[int, int] | None, planner: str
+    ) -> InsertedRuns:
+        """runs_insert_many, and for the new runs marked ``published``: one publication row
+        holding their keys, written by the same statement, which the planner settles once the
+        broker answered (publication_settle) or any planner recovers (publications_recover)."""
+        return self._insert_runs(runs, tokens, planner)
+
+    def _insert_runs(
+        self, runs: Sequence[NewRun], tokens: Mapping[int, int] | None, planner: str | None
+    ) -> InsertedRuns:
         if not runs:
-            return set()
+            return InsertedRuns(set(), None)
         rows = [
             {
                 "run_id": str(r.run_id),
@@ -332,11 +357,38 @@ class Tx:
                 "due_at": r.due_at.isoformat(),
                 "max_attempts": r.max_attempts,
                 "shard_id": r.shard_id,
+                "published": r.published and planner is not None,
             }
             for r in runs
         ]
-        params = {"rows": batch_json(rows), "tokens": _tokens_json(tokens)}
-        return {r.run_id for r in self._rows("runs_insert_many", params)}
+        params = {"rows": batch_json(rows), "tokens": _tokens_json(tokens), "planner": planner}
+        found = self._rows("runs_insert_many", params)
+        publication = found[0].publication_id if found else None
+        return InsertedRuns({r.run_id for r in found}, publication)
+
+    def publication_settle(
+        self, publication_id: int, unconfirmed: Sequence[tuple[uuid.UUID, datetime]]
+    ) -> int:
+        """End a publication: unmark its runs the broker did not acknowledge (``unconfirmed``),
+        so the outbox publishes them again; returns how many were unmarked."""
+        unmarked = self._unmark(unconfirmed)
+        self._exec("publication_delete", {"publication_id": publication_id})
+        return unmarked
+
+    def publications_recover(self, after: timedelta, limit: int = 100) -> int:
+        """Unmark the runs of publications no planner settled within ``after`` of their commit
+        (their planner died or lost the database meanwhile); returns the runs unmarked."""
+        stale = self._rows(
+            "publications_take_stale", {"after_s": after.total_seconds(), "limit": limit}
+        )
+        keys = [k for p in stale for k in zip(p.run_ids, p.scheduled_fors, strict=True)]
+        return self._unmark(keys)
+
+    def _unmark(self, keys: Sequence[tuple[uuid.UUID, datetime]]) -> int:
+        if not keys:
+            return 0
+        rows = [{"run_id": str(i), "scheduled_for": sf.isoformat()} for i, sf in keys]
+        return len(self._rows("runs_unmark_published", {"rows": batch_json(rows)}))
 
     # capacity forecast --- the planner's placement of windowed runs (duetime.capacity).
     def targets_limits(self) -> dict[str, TargetLimit]:

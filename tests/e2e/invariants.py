@@ -8,7 +8,10 @@ The fault tests name them by number:
 - I4: at most one planner writes for a shard at any moment (the shard fence).
 - I5: no attempt beyond ``max_attempts``; ``dead`` only after the last one.
 - I6: lateness stays bounded (within a lease TTL and a scan period after a takeover).
-- I7: every outbox row is published, and marked so only on an acknowledgement.
+- I7: every outbox row is published, and marked so only on an acknowledgement. A planning
+  round's runs are inserted marked, provisionally, with a ``run_publications`` row: the mark
+  holds only once that row is gone, deleted after the acknowledgements (the runs the broker did
+  not acknowledge unmarked first) or recovered by another planner (its runs unmarked).
 - I8: every target request carries its run and attempt; duplicates differ only in attempt.
 - I9: a target's concurrency limit is never exceeded, counting zombies.
 - I10: no acknowledged API write is lost.

@@ -23,6 +23,8 @@ import pytest
 
 from duetime.schedule import ScheduleSpec, compile_schedule
 from duetime_infra import KafkaBroker
+from duetime_planner.config import PlannerConfig
+from duetime_planner.planner import PUBLICATION_GRACE
 from tests.fixtures.target import RecordingTarget
 
 from .pipeline import TERMINAL, Pipeline, e2e_job, pipeline  # noqa: F401  (fixture)
@@ -256,6 +258,12 @@ def _broker_restart_scenario(
     assert {f"{r.run_id}:1" for r in runs} <= keys
     # I7: nothing is left in the outbox: every run was published (acknowledged) and claimed.
     assert all(r.published_at is not None for r in runs)
+    # ... and no mark is still provisional past the time a planner has to settle it.
+    settle_within = PlannerConfig().publish_timeout + PUBLICATION_GRACE + timedelta(seconds=5)
+    assert not pipe.sql(
+        "SELECT 1 FROM run_publications WHERE created_at < now() - make_interval(secs => :s)",
+        s=settle_within.total_seconds(),
+    )
     assert not pipe.sql("SELECT 1 FROM runs WHERE job_id = 'f8' AND state = 'scheduled'")
     # Late but executed: the runs the dispatcher held when the broker died were dropped with
     # their partitions (their records were gone) and came back only through the sweeper, at

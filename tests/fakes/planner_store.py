@@ -21,7 +21,7 @@ from duetime.flow import TargetLimit
 from duetime.model import HttpTarget
 from duetime.schedule import RetryPolicy, ScheduleSpec
 from duetime.sharding import shard_for
-from duetime.store import NewRun, OccurrenceGap, ShardFence
+from duetime.store import InsertedRuns, NewRun, OccurrenceGap, ShardFence
 from duetime.store.rows import DueJob, DueJobReader, JobShape, OutboxRun
 
 __all__ = ["FakePlannerStore", "FakeProducer", "FakeRun", "FenceRow"]
@@ -80,6 +80,11 @@ class _State:
     partitions: set[date] = field(default_factory=set)
     gaps: dict[tuple[str, datetime], OccurrenceGap] = field(default_factory=dict)
     cold: dict[str, datetime] = field(default_factory=dict)  # job_id -> its cold bucket
+    # publication id -> (created at, the keys of its runs): run_publications
+    publications: dict[int, tuple[datetime, list[tuple[uuid.UUID, datetime]]]] = field(
+        default_factory=dict
+    )
+    next_publication: int = 1
 
 
 class FakePlannerStore:
@@ -193,14 +198,51 @@ class FakePlannerTx:
     def runs_insert_many(
         self, runs: Sequence[NewRun], tokens: Mapping[int, int] | None = None
     ) -> set[uuid.UUID]:
+        return self._insert(runs, tokens, None).inserted
+
+    def runs_insert_publishing(
+        self, runs: Sequence[NewRun], tokens: Mapping[int, int] | None, planner: str
+    ) -> InsertedRuns:
+        return self._insert(runs, tokens, planner)
+
+    def _insert(
+        self, runs: Sequence[NewRun], tokens: Mapping[int, int] | None, planner: str | None
+    ) -> InsertedRuns:
         inserted = set()
+        marked: list[tuple[uuid.UUID, datetime]] = []
         for run in runs:
             key = (run.job_id, run.scheduled_for)
             if key in self._s.runs or not _fenced(self._s, run.shard_id, tokens):
                 continue
-            self._s.runs[key] = FakeRun(run)
+            published = run.published and planner is not None
+            self._s.runs[key] = FakeRun(run, published=published, publish_count=int(published))
             inserted.add(run.run_id)
-        return inserted
+            if published:
+                marked.append((run.run_id, run.scheduled_for))
+        if not marked:
+            return InsertedRuns(inserted, None)
+        publication = self._s.next_publication
+        self._s.next_publication += 1
+        self._s.publications[publication] = (self._store.clock, marked)
+        return InsertedRuns(inserted, publication)
+
+    def publication_settle(
+        self, publication_id: int, unconfirmed: Sequence[tuple[uuid.UUID, datetime]]
+    ) -> int:
+        self._s.publications.pop(publication_id, None)
+        return self._unmark(unconfirmed)
+
+    def publications_recover(self, after: timedelta, limit: int = 100) -> int:
+        stale = sorted(
+            p for p, (at, _keys) in self._s.publications.items() if at < self._store.clock - after
+        )[:limit]
+        return sum(self._unmark(self._s.publications.pop(p)[1]) for p in stale)
+
+    def _unmark(self, keys: Sequence[tuple[uuid.UUID, datetime]]) -> int:
+        rows = [r for r in self._by_id(keys) if r.state == "scheduled" and r.published]
+        for row in rows:
+            row.published = False
+        return len(rows)
 
     def jobs_advance_many(
         self,

@@ -24,7 +24,7 @@ from duetime.store.clusters import ClusterStores
 from duetime.store.jobs import jobs_apply
 from duetime_planner.config import PlannerConfig
 from duetime_planner.ingest import IngestStats, JobIngest
-from duetime_planner.planner import Planner
+from duetime_planner.planner import Planner, PlanStats
 
 pytestmark = pytest.mark.integration
 
@@ -445,6 +445,50 @@ def test_runs_the_broker_did_not_acknowledge_stay_in_the_outbox(
         "lost-1",
         "lost-2",
     ]
+
+
+def test_runs_of_a_planner_that_died_before_the_broker_answered_are_published_by_another(
+    env: tuple[Settings, Store, Producer],
+) -> None:
+    """A round inserts its runs provisionally marked published, with one publication row, and
+    settles it once the broker answered. Its planner killed in between leaves the row: the next
+    planner's outbox recovers it once older than the publish timeout allows, and publishes."""
+    settings, store, producer = env
+    catalog = TopicCatalog(settings.topic_prefix)
+    with store.tx() as tx:
+        jobs_apply(
+            tx, [_job(f"died-{i}", schedule={"at": "2020-01-01T00:00:00Z"}) for i in range(3)]
+        )
+    config = PlannerConfig(lookahead=timedelta(seconds=3), publish_timeout=timedelta(seconds=3))
+    died = Planner(store, producer, catalog, config, member="died")
+    died.ensure_partitions(datetime.now(UTC).date())
+
+    def killed(*_args: Any) -> PlanStats:
+        raise SystemExit("killed between the commit and the broker's answer")
+
+    died._publish_planned = killed  # type: ignore[method-assign]
+    with pytest.raises(SystemExit):
+        died.run_once()
+    with store.engine.begin() as conn:
+        unsettled = conn.execute(text("SELECT cardinality(run_ids) FROM run_publications"))
+        assert unsettled.scalars().all() == [3]
+        marked = conn.execute(text("SELECT count(*) FROM runs WHERE published_at IS NOT NULL"))
+        assert marked.scalar_one() == 3  # provisionally
+    other = Planner(store, producer, catalog, config, member="other")
+    assert other.run_once().runs_published == 0  # in flight for all it knows: left alone
+    with store.engine.begin() as conn:  # ... until older than the publish timeout allows
+        conn.execute(text("UPDATE run_publications SET created_at = now() - interval '1 minute'"))
+    assert other.run_once().runs_published == 3
+    messages = _consume_all(settings, list(catalog.due_topics), 3)
+    assert sorted(RUN_EVENTS.decode(m.value()).job_id for m in messages) == [
+        "died-0",
+        "died-1",
+        "died-2",
+    ]
+    with store.engine.begin() as conn:
+        left = conn.execute(text("SELECT count(*) FROM run_publications")).scalar_one()
+        marked = conn.execute(text("SELECT count(*) FROM runs WHERE published_at IS NOT NULL"))
+        assert (left, marked.scalar_one()) == (0, 3)
 
 
 def test_windowed_runs_are_spread_under_their_targets_rate(

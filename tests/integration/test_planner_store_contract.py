@@ -3,12 +3,14 @@
 tests/unit/test_planner_round.py plans against the twin (tests/fakes/planner_store.py); this
 suite is what makes that trust earned for the statements a round relies on beyond the fence
 (tests/integration/test_shard_fence.py): the due scan (shards, horizon, order, limit, paused),
-run inserts that create each occurrence once, job advances, and the outbox (unpublished runs due
-within the horizon, marked published once).
+run inserts that create each occurrence once, job advances, the outbox (unpublished runs due
+within the horizon, marked published once) and the publications a round settles or any planner
+recovers.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -45,10 +47,11 @@ def _definition(job_id: str) -> dict[str, Any]:
 class _Contract:
     """Sets up the same jobs in either store, due at given instants."""
 
-    def __init__(self, store: PlannerStore, set_due: Any, pause: Any) -> None:
+    def __init__(self, store: PlannerStore, set_due: Any, pause: Any, tick: Any) -> None:
         self.store = store
         self.set_due = set_due
         self.pause = pause
+        self.tick = tick  # the database clock moves on
 
 
 @pytest.fixture(params=["fake", "postgres"])
@@ -64,7 +67,10 @@ def contract(request: pytest.FixtureRequest) -> Iterator[_Contract]:
         def fake_pause(job_id: str) -> None:
             fake.state.paused.add(job_id)  # the state a transaction committed last
 
-        yield _Contract(fake, fake_due, fake_pause)
+        def fake_tick() -> None:
+            fake.clock += timedelta(seconds=1)
+
+        yield _Contract(fake, fake_due, fake_pause, fake_tick)
         return
     real = Store(request.getfixturevalue("database_url"), pool_size=2)
     with real.tx() as tx:
@@ -82,7 +88,7 @@ def contract(request: pytest.FixtureRequest) -> Iterator[_Contract]:
             conn.execute(text("UPDATE jobs SET paused = true WHERE job_id = :j"), {"j": job_id})
 
     try:
-        yield _Contract(real, real_due, real_pause)
+        yield _Contract(real, real_due, real_pause, lambda: time.sleep(0.01))
     finally:
         real.close()
 
@@ -151,3 +157,68 @@ def test_the_outbox_returns_unpublished_runs_due_within_the_horizon_once(
         assert [r.run_id for r in tx.runs_get_unpublished(T0 + timedelta(hours=1), 10)] == [
             runs[2].run_id
         ]
+
+
+def _runs(job_id: str, seconds: tuple[int, ...], published: bool) -> list[NewRun]:
+    return [
+        NewRun(
+            run_id_for(job_id, T0 + timedelta(seconds=s)),
+            job_id,
+            "t",
+            "svc",
+            T0 + timedelta(seconds=s),
+            T0 + timedelta(seconds=s),
+            3,
+            shard_for(job_id),
+            published=published,
+        )
+        for s in seconds
+    ]
+
+
+def _unpublished(contract: _Contract) -> set[Any]:
+    with contract.store.tx() as tx:
+        return {r.run_id for r in tx.runs_get_unpublished(T0 + timedelta(hours=1), 100)}
+
+
+def test_runs_inserted_for_publishing_stay_marked_unless_their_publication_says_otherwise(
+    contract: _Contract,
+) -> None:
+    marked, beyond = _runs("c-2", (0, 10), True), _runs("c-2", (20,), False)
+    with contract.store.tx() as tx:
+        created = tx.runs_insert_publishing([*marked, *beyond], None, "planner-a")
+    assert created.inserted == {r.run_id for r in [*marked, *beyond]}
+    assert created.publication_id is not None
+    assert _unpublished(contract) == {beyond[0].run_id}
+    with contract.store.tx() as tx:  # existing runs: nothing new, no publication
+        again = tx.runs_insert_publishing(marked, None, "planner-a")
+    assert (again.inserted, again.publication_id) == (set(), None)
+    # The broker acknowledged the first run, not the second: the second goes back to the outbox.
+    with contract.store.tx() as tx:
+        second = (marked[1].run_id, marked[1].scheduled_for)
+        assert tx.publication_settle(created.publication_id, [second]) == 1
+    assert _unpublished(contract) == {marked[1].run_id, beyond[0].run_id}
+    with contract.store.tx() as tx:  # settled: nothing left to recover
+        contract.tick()
+        assert tx.publications_recover(timedelta(0)) == 0
+
+
+def test_a_publication_nobody_settled_is_recovered_once_it_is_old_enough(
+    contract: _Contract,
+) -> None:
+    runs = _runs("c-3", (0, 10, 20), True)
+    with contract.store.tx() as tx:
+        created = tx.runs_insert_publishing(runs, None, "planner-that-died")
+    assert created.publication_id is not None
+    assert _unpublished(contract) == set()
+    with contract.store.tx() as tx:
+        assert tx.publications_recover(timedelta(hours=1)) == 0  # too recent: still in flight
+    contract.tick()
+    with contract.store.tx() as tx:
+        assert tx.publications_recover(timedelta(0)) == 3
+    assert _unpublished(contract) == {r.run_id for r in runs}
+    with contract.store.tx() as tx:
+        assert tx.publications_recover(timedelta(0)) == 0  # recovered once
+        # The planner that wrote it, late: its settle finds the row gone and unmarks nothing
+        # more than the outbox already holds.
+        assert tx.publication_settle(created.publication_id, []) == 0

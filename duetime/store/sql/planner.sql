@@ -149,18 +149,70 @@ ORDER BY 1;
 -- Returns the runs it created: the planner publishes those at once (an existing run is the
 -- outbox's business). With :tokens (etcd mode) a run is inserted only if its job's shard still
 -- has the given fencing token (as jobs_advance_many); a refused run is simply not returned.
-INSERT INTO runs (run_id, job_id, tenant, target_service, scheduled_for, due_at, max_attempts)
-SELECT u.run_id, u.job_id, u.tenant, u.target_service, u.scheduled_for, u.due_at, u.max_attempts
-FROM json_to_recordset(CAST(:rows AS json)) AS u(
-    run_id uuid, job_id text, tenant text, target_service text, scheduled_for timestamptz,
-    due_at timestamptz, max_attempts integer, shard_id smallint)
-WHERE CAST(:tokens AS text) IS NULL
-   OR u.shard_id IN (SELECT o.shard_id FROM shard_owners o
-                     JOIN json_to_recordset(CAST(:tokens AS json))
-                          AS t(shard_id smallint, token bigint)
-                       ON t.shard_id = o.shard_id AND t.token = o.token)
-ON CONFLICT DO NOTHING
-RETURNING run_id;
+-- A row with "published" true is inserted already marked published, provisionally: with
+-- :planner set, one run_publications row holding the keys of those created is written by the
+-- same statement, and its id is returned on every row (migrations/0019_run_publications.sql).
+WITH created AS (
+    INSERT INTO runs (run_id, job_id, tenant, target_service, scheduled_for, due_at,
+                      max_attempts, published_at, publish_count)
+    SELECT u.run_id, u.job_id, u.tenant, u.target_service, u.scheduled_for, u.due_at,
+           u.max_attempts, CASE WHEN u.published THEN now() END,
+           CASE WHEN u.published THEN 1 ELSE 0 END
+    FROM json_to_recordset(CAST(:rows AS json)) AS u(
+        run_id uuid, job_id text, tenant text, target_service text, scheduled_for timestamptz,
+        due_at timestamptz, max_attempts integer, shard_id smallint, published boolean)
+    WHERE CAST(:tokens AS text) IS NULL
+       OR u.shard_id IN (SELECT o.shard_id FROM shard_owners o
+                         JOIN json_to_recordset(CAST(:tokens AS json))
+                              AS t(shard_id smallint, token bigint)
+                           ON t.shard_id = o.shard_id AND t.token = o.token)
+    ON CONFLICT DO NOTHING
+    RETURNING run_id, scheduled_for, published_at IS NOT NULL AS published
+), publication AS (
+    INSERT INTO run_publications (planner, run_ids, scheduled_fors)
+    SELECT CAST(:planner AS text), array_agg(run_id), array_agg(scheduled_for)
+    FROM created
+    WHERE published
+    HAVING count(*) > 0 AND CAST(:planner AS text) IS NOT NULL
+    RETURNING publication_id
+)
+SELECT created.run_id, (SELECT publication_id FROM publication) AS publication_id
+FROM created;
+
+-- name: runs_unmark_published
+-- Runs whose mark the broker did not confirm (a publication's unacknowledged runs, or those of a
+-- publication nobody settled) lose it, so the outbox publishes them again. A run another
+-- transaction is writing is skipped (the dispatcher recording it as emitted: its record arrived
+-- after all). Rows are locked first, as in runs_mark_published_many. Returns the runs unmarked.
+WITH locked AS (
+    SELECT r.run_id, r.scheduled_for
+    FROM json_to_recordset(CAST(:rows AS json)) AS k(run_id uuid, scheduled_for timestamptz)
+    JOIN runs r ON r.run_id = k.run_id AND r.scheduled_for = k.scheduled_for
+    WHERE r.state = 'scheduled' AND r.published_at IS NOT NULL
+    FOR UPDATE OF r SKIP LOCKED
+)
+UPDATE runs r SET published_at = NULL, updated_at = now()
+FROM locked
+WHERE r.run_id = locked.run_id AND r.scheduled_for = locked.scheduled_for
+RETURNING r.run_id;
+
+-- name: publication_delete
+-- The broker answered for a publication (its unconfirmed runs were unmarked first).
+DELETE FROM run_publications WHERE publication_id = :publication_id;
+
+-- name: publications_take_stale
+-- Publications no planner settled within :after_s seconds of their commit (their planner died
+-- or lost the database while waiting for the broker): removed and returned, for their runs to be
+-- unmarked in the same transaction (runs_unmark_published). At most :limit a call; one another
+-- planner is taking is skipped.
+DELETE FROM run_publications
+WHERE publication_id IN (
+    SELECT publication_id FROM run_publications
+    WHERE created_at < now() - make_interval(secs => CAST(:after_s AS double precision))
+    ORDER BY publication_id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED)
+RETURNING run_ids, scheduled_fors;
 
 -- name: runs_mark_published_many
 -- Only what the broker acknowledged; publish_count feeds the sweeper's exponential grace.

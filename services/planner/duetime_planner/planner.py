@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
-from typing import cast
+from typing import Any, cast
 
 from duetime.bus.kafka import DeliveryTracker
 from duetime.bus.records import RUN_EVENTS
@@ -71,6 +71,11 @@ log = logging.getLogger("duetime.planner")
 # The count of the jobs due ahead (Planner.refresh_lookahead): every this many seconds while it is
 # cheap, otherwise after this many times its own duration (at most 1/20 of the planner's time).
 _PROBE_EVERY_S = 1.0
+# A publication (run_publications) its planner has not settled this long after the publish
+# timeout is taken for abandoned: its planner died, or lost the database, while it waited for the
+# broker. Any planner's outbox then unmarks its runs; a live but late planner only causes copies,
+# which the dispatcher drops.
+PUBLICATION_GRACE = timedelta(seconds=5)
 _PROBE_SHARE = 20.0
 # A histogram of the jobs due ahead: (bucket end, jobs due in the bucket), in time order.
 DueCounts = list[tuple[datetime, int]]
@@ -411,6 +416,7 @@ class Planner:
             plans = [p for _j, p in kept if p is not None]
             placed = self._place(tx, now, due, plans)
             new_runs: list[NewRun] = []
+            publish_until = now + plan_until
             planned: list[tuple[DueJob, tuple[PlannedRun, ...]]] = []
             # (job_id, next_run_at, last scheduled_for): written in one statement, not per job.
             advances: list[tuple[str, datetime | None, datetime | None]] = []
@@ -439,6 +445,8 @@ class Planner:
                             due_at=run.due_at,
                             max_attempts=job.max_attempts,
                             shard_id=job.shard_id,
+                            # Published right after the commit (_publish_planned).
+                            published=run.due_at <= publish_until,
                         )
                     )
                 if plan.runs:
@@ -454,7 +462,8 @@ class Planner:
             )
             if days:
                 raise _MissingPartitions(days)
-            inserted = tx.runs_insert_many(new_runs, tokens)
+            created = tx.runs_insert_publishing(new_runs, tokens, self.member)
+            inserted = created.inserted
             advanced = tx.jobs_advance_many(advances, tokens)
             tx.occurrence_gaps_insert(gaps, tokens)
         fenced = len(advances) - advanced if tokens is not None else 0
@@ -469,7 +478,9 @@ class Planner:
                 inserted=len(inserted),
                 lookahead_s=round(lookahead.total_seconds(), 1),
             )
-        published = self._publish_planned(planned, inserted, now, now + plan_until)
+        published = self._publish_planned(
+            planned, inserted, now, publish_until, created.publication_id
+        )
         stats = PlanStats(
             jobs_planned=len(due),
             runs_created=len(new_runs),
@@ -605,48 +616,64 @@ class Planner:
         inserted: set[uuid.UUID],
         now: datetime,
         horizon: datetime,
+        publication: int | None,
     ) -> PlanStats:
         """Publish the runs a planning round just created, from what it has in memory.
 
         The outbox read (``publish_batch``) would fetch the same rows back with their jobs and
         build each record from scratch; here each job's record bytes are encoded once
-        (``RunTemplate``) and only run id, instants and attempt are added per run. The outbox
-        rule is unchanged: a run is marked published only once the broker acknowledged it, and
-        what is not acknowledged (or due beyond the horizon, or not created by this round) is
-        left to ``publish_batch``. Another planner's outbox read may see these committed, still
-        unpublished runs in the moment before they are marked and publish them too; the
-        dispatcher drops such a copy (same run id and attempt, docs/dispatcher.md).
+        (``RunTemplate``) and only run id, instants and attempt are added per run.
+
+        The round inserted these runs already marked published, with one ``publication`` row
+        holding their keys: the mark is provisional until this settles it. Once the broker has
+        answered (or the wait ended), the runs it did not acknowledge are unmarked, for the
+        outbox to publish again, and the row is deleted: one statement, where marking every
+        acknowledged run was an update per run. If this planner dies first, any planner's
+        ``publish_batch`` recovers the row once it is older than the publish timeout allows.
+        What is due beyond the horizon (window jitter) or not created by this round was
+        inserted unmarked and is left to ``publish_batch``.
         """
         tracker = DeliveryTracker(self.producer)  # type: ignore[arg-type]
         headers = RoutingHeaders(now, RUN_EVENTS.headers())
         missed_before = now - self.config.on_time_grace
-        for job, runs in planned:
-            template, kind, target, tenant = _records_of(job)
-            for run in runs:
-                if run.run_id not in inserted or run.due_at > horizon:
-                    continue
-                run_id = str(run.run_id)
-                tracker.produce(
-                    (run.run_id, run.scheduled_for),
-                    self.catalog.tier_for(run.due_at - now),
-                    run_id.encode("ascii"),
-                    template.encode(run_id, run.scheduled_for, run.due_at, 1),
-                    headers.for_run(
-                        run_id,
-                        1,
-                        run.due_at,
-                        kind,
-                        target=target,
-                        tenant=tenant,
-                        catch_up=run.scheduled_for < missed_before,
-                    ),
-                )
+        marked: list[tuple[uuid.UUID, datetime]] = []
+        acked: Sequence[tuple[uuid.UUID, datetime]] = ()
+        failed: Sequence[tuple[Any, str]] = ()
+        try:
+            for job, runs in planned:
+                template, kind, target, tenant = _records_of(job)
+                for run in runs:
+                    if run.run_id not in inserted or run.due_at > horizon:
+                        continue
+                    key = (run.run_id, run.scheduled_for)
+                    marked.append(key)
+                    run_id = str(run.run_id)
+                    tracker.produce(
+                        key,
+                        self.catalog.tier_for(run.due_at - now),
+                        run_id.encode("ascii"),
+                        template.encode(run_id, run.scheduled_for, run.due_at, 1),
+                        headers.for_run(
+                            run_id,
+                            1,
+                            run.due_at,
+                            kind,
+                            target=target,
+                            tenant=tenant,
+                            catch_up=run.scheduled_for < missed_before,
+                        ),
+                    )
+            if tracker.produced:
+                acked, failed = tracker.wait(self.config.publish_timeout.total_seconds())
+        finally:
+            # Also when producing raised: what was not acknowledged goes back to the outbox.
+            if publication is not None:
+                confirmed = set(acked)
+                unconfirmed = [k for k in marked if k not in confirmed]
+                with self.store.tx() as tx:
+                    tx.publication_settle(publication, unconfirmed)
         if not tracker.produced:
             return PlanStats()
-        acked, failed = tracker.wait(self.config.publish_timeout.total_seconds())
-        if acked:
-            with self.store.tx() as tx:
-                tx.runs_mark_published_many(acked)
         self._log_publish(len(acked), failed, 0)
         return PlanStats(runs_published=len(acked), publish_failures=len(failed))
 
@@ -657,6 +684,11 @@ class Planner:
         instant, target kind, and this round's database clock), so a router need not decode it.
         """
         cfg = self.config
+        with self.store.tx() as tx:
+            # Publications whose planner never settled them: their runs join the outbox now.
+            recovered = tx.publications_recover(cfg.publish_timeout + PUBLICATION_GRACE)
+            if recovered:
+                event(log, "runs.publications_recovered", logging.WARNING, runs=recovered)
         with self.store.tx() as tx:
             now = tx.db_now()
             rows = tx.runs_get_unpublished(now + self.lookahead, cfg.batch_size)

@@ -15,7 +15,7 @@ from datetime import date, datetime, timedelta
 from typing import Any, Protocol
 
 from duetime.flow import TargetLimit
-from duetime.store import NewRun, OccurrenceGap, ShardFence
+from duetime.store import InsertedRuns, NewRun, OccurrenceGap, ShardFence
 from duetime.store.rows import DueJob, DueJobReader, OutboxRun
 
 __all__ = ["PlannerStore", "PlannerTx", "RecordProducer", "ShardOwner"]
@@ -49,6 +49,16 @@ class PlannerTx(Protocol):
     def runs_insert_many(
         self, runs: Sequence[NewRun], tokens: Mapping[int, int] | None = None
     ) -> set[uuid.UUID]: ...
+
+    def runs_insert_publishing(
+        self, runs: Sequence[NewRun], tokens: Mapping[int, int] | None, planner: str
+    ) -> InsertedRuns: ...
+
+    def publication_settle(
+        self, publication_id: int, unconfirmed: Sequence[tuple[uuid.UUID, datetime]]
+    ) -> int: ...
+
+    def publications_recover(self, after: timedelta, limit: int = 100) -> int: ...
 
     def jobs_advance_many(
         self,
