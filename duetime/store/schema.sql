@@ -171,33 +171,6 @@ CREATE TABLE public.run_attempts (
     CONSTRAINT run_attempts_throttled_ms_check CHECK ((throttled_ms >= 0))
 );
 
-CREATE TABLE public.run_fenced_completions (
-    run_id uuid NOT NULL,
-    attempt integer NOT NULL,
-    worker text NOT NULL,
-    lease_token uuid NOT NULL,
-    outcome text NOT NULL,
-    received_at timestamp with time zone DEFAULT now() NOT NULL
-);
-
-CREATE TABLE public.run_publications (
-    publication_id bigint NOT NULL,
-    planner text NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    run_ids uuid[] NOT NULL,
-    scheduled_fors timestamp with time zone[] NOT NULL,
-    CONSTRAINT run_publications_keys CHECK (((cardinality(run_ids) = cardinality(scheduled_fors)) AND (cardinality(run_ids) > 0)))
-);
-
-ALTER TABLE public.run_publications ALTER COLUMN publication_id ADD GENERATED ALWAYS AS IDENTITY (
-    SEQUENCE NAME public.run_publications_publication_id_seq
-    START WITH 1
-    INCREMENT BY 1
-    NO MINVALUE
-    NO MAXVALUE
-    CACHE 1
-);
-
 CREATE TABLE public.runs (
     run_id uuid NOT NULL,
     job_id text NOT NULL,
@@ -224,6 +197,7 @@ CREATE TABLE public.runs (
     released_at timestamp with time zone,
     throttled_ms bigint,
     buffered_at timestamp with time zone,
+    emitted boolean DEFAULT false NOT NULL,
     CONSTRAINT runs_attempt_check CHECK ((attempt >= 0)),
     CONSTRAINT runs_attempts_bound CHECK ((attempt <= max_attempts)),
     CONSTRAINT runs_max_attempts_check CHECK ((max_attempts >= 1)),
@@ -233,6 +207,69 @@ CREATE TABLE public.runs (
     CONSTRAINT runs_throttled_ms_check CHECK ((throttled_ms >= 0))
 )
 PARTITION BY RANGE (scheduled_for);
+
+CREATE VIEW public.run_attempts_all AS
+ SELECT run_attempts.run_id,
+    run_attempts.scheduled_for,
+    run_attempts.attempt,
+    run_attempts.job_id,
+    run_attempts.worker,
+    run_attempts.lease_token,
+    run_attempts.started_at,
+    run_attempts.finished_at,
+    run_attempts.outcome,
+    run_attempts.status_code,
+    run_attempts.error,
+    run_attempts.duration_ms,
+    run_attempts.due_at,
+    run_attempts.released_at,
+    run_attempts.throttled_ms
+   FROM public.run_attempts
+UNION ALL
+ SELECT runs.run_id,
+    runs.scheduled_for,
+    runs.attempt,
+    runs.job_id,
+    runs.worker,
+    NULL::uuid AS lease_token,
+    runs.released_at AS started_at,
+    runs.finished_at,
+    'succeeded'::text AS outcome,
+    NULL::integer AS status_code,
+    NULL::text AS error,
+    GREATEST((0)::bigint, ((EXTRACT(epoch FROM (runs.finished_at - runs.released_at)) * (1000)::numeric))::bigint) AS duration_ms,
+    runs.due_at,
+    runs.released_at,
+    runs.throttled_ms
+   FROM public.runs
+  WHERE runs.emitted;
+
+CREATE TABLE public.run_fenced_completions (
+    run_id uuid NOT NULL,
+    attempt integer NOT NULL,
+    worker text NOT NULL,
+    lease_token uuid NOT NULL,
+    outcome text NOT NULL,
+    received_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.run_publications (
+    publication_id bigint NOT NULL,
+    planner text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    run_ids uuid[] NOT NULL,
+    scheduled_fors timestamp with time zone[] NOT NULL,
+    CONSTRAINT run_publications_keys CHECK (((cardinality(run_ids) = cardinality(scheduled_fors)) AND (cardinality(run_ids) > 0)))
+);
+
+ALTER TABLE public.run_publications ALTER COLUMN publication_id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.run_publications_publication_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
 
 CREATE TABLE public.shard_owners (
     shard_id smallint NOT NULL,

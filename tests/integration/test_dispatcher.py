@@ -603,9 +603,25 @@ def test_kafka_targets_are_emitted_by_the_dispatcher_and_recorded_in_batches(
         assert found.throttled_ms == 0
         [attempt] = store.run_attempts_list(run.run_id)
         assert (attempt.attempt, attempt.outcome) == (1, "succeeded")
-        # The attempt row keeps its own release figures, as the run row does for its latest.
+        # The attempt keeps its own release figures, as the run row does for its latest.
         assert (attempt.due_at, attempt.released_at) == (run.due_at, found.released_at)
         assert attempt.throttled_ms == 0
+        # It started when emitted and ended when the broker acknowledged the record.
+        assert (attempt.worker, attempt.started_at) == (found.worker, found.released_at)
+        assert attempt.finished_at == found.finished_at >= attempt.started_at
+        took_ms = (found.finished_at - found.released_at).total_seconds() * 1000
+        assert abs(attempt.duration_ms - took_ms) <= 1
+    # One write per run: the attempt is the run row (emitted), not a run_attempts row.
+    with store.engine.begin() as conn:
+        stored = conn.execute(
+            text("SELECT count(*) FROM run_attempts WHERE run_id = ANY(:r)"),
+            {"r": [run.run_id for run in runs]},
+        ).scalar_one()
+        emitted = conn.execute(
+            text("SELECT count(*) FROM runs WHERE emitted AND run_id = ANY(:r)"),
+            {"r": [run.run_id for run in runs]},
+        ).scalar_one()
+    assert (stored, emitted) == (0, len(runs))
     results = read_all(
         settings, TopicCatalog(settings.topic_prefix).results, lambda got: len(got) >= len(runs)
     )

@@ -65,7 +65,7 @@ WHERE run_id = :run_id AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant);
 -- name: api_run_attempts
 SELECT attempt, worker, started_at, finished_at, outcome, status_code, error, duration_ms,
        due_at, released_at, throttled_ms
-FROM run_attempts
+FROM run_attempts_all
 WHERE run_id = :run_id AND scheduled_for = :scheduled_for
 ORDER BY attempt;
 

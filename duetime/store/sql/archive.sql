@@ -36,7 +36,7 @@ ORDER BY scheduled_for, job_id;
 
 -- name: archive_attempts
 SELECT run_id, attempt, worker, started_at, finished_at, outcome, status_code, error, duration_ms
-FROM run_attempts
+FROM run_attempts_all
 WHERE scheduled_for >= :lower AND scheduled_for < :upper
 ORDER BY run_id, attempt;
 

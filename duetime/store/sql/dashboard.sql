@@ -23,6 +23,6 @@ WHERE state = 'dead'
 -- Every attempt of the given runs (ids read through a tenant-scoped runs query), in order.
 SELECT run_id, attempt, worker, started_at, finished_at, outcome, status_code, error,
        duration_ms
-FROM run_attempts
+FROM run_attempts_all
 WHERE run_id = ANY(CAST(:run_ids AS uuid[]))
 ORDER BY run_id, attempt;

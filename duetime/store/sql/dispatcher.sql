@@ -5,38 +5,25 @@
 -- Record attempt n of each run as succeeded, emitted by the dispatcher. Only a run still
 -- 'scheduled' with n - 1 attempts behind it matches: a run a worker already claimed or ended,
 -- or that this statement already recorded (a retry after a lost reply, a duplicate emission),
--- is left alone. Its run_attempts row (outcome 'succeeded') is written by the same statement.
--- Returns the runs it recorded.
+-- is left alone. One write per run: the attempt is the run itself (emitted = true; readers see
+-- it in run_attempts_all, migrations/0020_emitted_attempts.sql). Returns the runs it recorded.
 WITH req AS (
     SELECT * FROM unnest(CAST(:run_ids AS uuid[]), CAST(:scheduled_fors AS timestamptz[]),
                          CAST(:attempts AS integer[]), CAST(:started_ats AS timestamptz[]),
                          CAST(:finished_ats AS timestamptz[]), CAST(:throttled_ms AS bigint[]))
         AS t(run_id, scheduled_for, attempt, started_at, finished_at, throttled_ms)
-), done AS (
-    UPDATE runs r SET state = 'succeeded', attempt = req.attempt, worker = :worker,
-                      lease_token = NULL, lease_expires_at = NULL, progress = NULL,
-                      next_attempt_at = NULL, last_error = NULL,
-                      started_at = COALESCE(r.started_at, req.started_at),
-                      finished_at = req.finished_at,
-                      released_at = req.started_at, throttled_ms = req.throttled_ms,
-                      published_at = COALESCE(r.published_at, now()), updated_at = now()
-    FROM req
-    WHERE r.run_id = req.run_id AND r.scheduled_for = req.scheduled_for
-      AND r.state = 'scheduled' AND r.attempt = req.attempt - 1
-    RETURNING r.run_id, r.scheduled_for, r.attempt, r.job_id, req.started_at, req.finished_at,
-              r.due_at, req.throttled_ms
-), attempt_rows AS (
-    INSERT INTO run_attempts (run_id, scheduled_for, attempt, job_id, worker, lease_token,
-                              started_at, finished_at, outcome, duration_ms,
-                              due_at, released_at, throttled_ms)
-    SELECT run_id, scheduled_for, attempt, job_id, :worker, gen_random_uuid(),
-           started_at, finished_at, 'succeeded',
-           GREATEST(0, (extract(epoch FROM finished_at - started_at) * 1000)::bigint),
-           due_at, started_at, throttled_ms
-    FROM done
-    ON CONFLICT (run_id, attempt) DO NOTHING
 )
-SELECT run_id, attempt FROM done;
+UPDATE runs r SET state = 'succeeded', attempt = req.attempt, worker = :worker, emitted = true,
+                  lease_token = NULL, lease_expires_at = NULL, progress = NULL,
+                  next_attempt_at = NULL, last_error = NULL,
+                  started_at = COALESCE(r.started_at, req.started_at),
+                  finished_at = req.finished_at,
+                  released_at = req.started_at, throttled_ms = req.throttled_ms,
+                  published_at = COALESCE(r.published_at, now()), updated_at = now()
+FROM req
+WHERE r.run_id = req.run_id AND r.scheduled_for = req.scheduled_for
+  AND r.state = 'scheduled' AND r.attempt = req.attempt - 1
+RETURNING r.run_id, r.attempt;
 
 -- name: runs_handled
 -- Of the given attempts (run n of each), those whose run is already past them: no longer

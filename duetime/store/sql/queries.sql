@@ -64,7 +64,7 @@ LIMIT :limit;
 -- name: run_attempts_list
 SELECT run_id, attempt, worker, started_at, finished_at, outcome, status_code, error, duration_ms,
        due_at, released_at, throttled_ms
-FROM run_attempts
+FROM run_attempts_all
 WHERE run_id = :run_id
 ORDER BY attempt;
 

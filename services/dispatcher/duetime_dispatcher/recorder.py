@@ -1,8 +1,9 @@
 """Record the Kafka fast path's successes in PostgreSQL, many runs per statement, after the fact.
 
 When the job's topic acknowledged an emitted record, the run has succeeded; what is left is
-bookkeeping: the run row goes to ``succeeded`` with its ``run_attempts`` row (``runs_emitted`` in
-``duetime/store/sql/dispatcher.sql``, one statement per batch), and a RunResult record goes onto
+bookkeeping: the run row goes to ``succeeded``, marked ``emitted`` (``runs_emitted`` in
+``duetime/store/sql/dispatcher.sql``, one statement per batch; the attempt is the run row itself,
+which readers see in the ``run_attempts_all`` view), and a RunResult record goes onto
 ``runs.results`` for downstream readers, as a worker would publish it. Completions are buffered
 and written every ``interval`` on one database thread (the store is synchronous), so no
 transaction sits between the due instant and the target.
