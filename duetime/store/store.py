@@ -371,7 +371,7 @@ class Tx:
     ) -> int:
         """End a publication: unmark its runs the broker did not acknowledge (``unconfirmed``),
         so the outbox publishes them again; returns how many were unmarked."""
-        unmarked = self._unmark(unconfirmed)
+        unmarked = self._run_keys("runs_unmark_published", unconfirmed)
         self._exec("publication_delete", {"publication_id": publication_id})
         return unmarked
 
@@ -382,13 +382,7 @@ class Tx:
             "publications_take_stale", {"after_s": after.total_seconds(), "limit": limit}
         )
         keys = [k for p in stale for k in zip(p.run_ids, p.scheduled_fors, strict=True)]
-        return self._unmark(keys)
-
-    def _unmark(self, keys: Sequence[tuple[uuid.UUID, datetime]]) -> int:
-        if not keys:
-            return 0
-        rows = [{"run_id": str(i), "scheduled_for": sf.isoformat()} for i, sf in keys]
-        return len(self._rows("runs_unmark_published", {"rows": batch_json(rows)}))
+        return self._run_keys("runs_unmark_published", keys)
 
     # capacity forecast --- the planner's placement of windowed runs (duetime.capacity).
     def targets_limits(self) -> dict[str, TargetLimit]:

@@ -8,6 +8,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from duetime.bus.topics import TopicCatalog
 from duetime.sharding import shard_for
 from duetime.store.rows import DueJob
@@ -76,6 +78,43 @@ def test_skip_locked_round_plans_publishes_and_advances_every_due_job() -> None:
     assert store.job("job-0").next_run_at == NOW + timedelta(seconds=40)
     # Nothing is due again until the clock moves: a second round creates nothing.
     assert planner.run_once(101.0).runs_created == 0
+
+
+def test_a_round_settles_its_publication_and_unmarks_what_the_broker_refused() -> None:
+    store = FakePlannerStore(NOW)
+    store.add_job(_job("job-0"))
+    planner, producer = _planner(store)
+    producer.fail = True
+    stats = planner.run_once(100.0)
+    assert (stats.runs_created, stats.runs_published) == (4, 0)
+    # Inserted marked, provisionally: the settle unmarked all four, and the row is gone.
+    assert not any(r.published for r in store.runs_of("job-0"))
+    assert store.state.publications == {}
+    producer.fail = False
+    assert planner.run_once(101.0).runs_published == 4  # the outbox, once the broker is back
+    assert all(r.published for r in store.runs_of("job-0"))
+
+
+def test_a_round_whose_producing_raises_unmarks_every_run_it_inserted_marked() -> None:
+    store = FakePlannerStore(NOW)
+    store.add_job(_job("job-0"))
+    planner, producer = _planner(store)
+    calls = 0
+
+    def produce_twice(*args: object, **kwargs: object) -> None:
+        nonlocal calls
+        calls += 1
+        if calls > 2:
+            raise RuntimeError("the client refused the record")
+        FakeProducer.produce(producer, *args, **kwargs)  # type: ignore[arg-type]
+
+    producer.produce = produce_twice  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="refused the record"):
+        planner.run_once(100.0)
+    # Two produced, two never were, none acknowledged: all four back to the outbox.
+    assert len(store.runs_of("job-0")) == 4
+    assert not any(r.published for r in store.runs_of("job-0"))
+    assert store.state.publications == {}
 
 
 def test_a_round_of_frequent_jobs_is_planned_in_time_slices_earliest_first() -> None:

@@ -183,7 +183,7 @@ FROM created;
 -- Runs whose mark the broker did not confirm (a publication's unacknowledged runs, or those of a
 -- publication nobody settled) lose it, so the outbox publishes them again. A run another
 -- transaction is writing is skipped (the dispatcher recording it as emitted: its record arrived
--- after all). Rows are locked first, as in runs_mark_published_many. Returns the runs unmarked.
+-- after all). Rows are locked first, as in runs_mark_published_many.
 WITH locked AS (
     SELECT r.run_id, r.scheduled_for
     FROM json_to_recordset(CAST(:rows AS json)) AS k(run_id uuid, scheduled_for timestamptz)
@@ -193,8 +193,7 @@ WITH locked AS (
 )
 UPDATE runs r SET published_at = NULL, updated_at = now()
 FROM locked
-WHERE r.run_id = locked.run_id AND r.scheduled_for = locked.scheduled_for
-RETURNING r.run_id;
+WHERE r.run_id = locked.run_id AND r.scheduled_for = locked.scheduled_for;
 
 -- name: publication_delete
 -- The broker answered for a publication (its unconfirmed runs were unmarked first).

@@ -71,12 +71,12 @@ log = logging.getLogger("duetime.planner")
 # The count of the jobs due ahead (Planner.refresh_lookahead): every this many seconds while it is
 # cheap, otherwise after this many times its own duration (at most 1/20 of the planner's time).
 _PROBE_EVERY_S = 1.0
+_PROBE_SHARE = 20.0
 # A publication (run_publications) its planner has not settled this long after the publish
 # timeout is taken for abandoned: its planner died, or lost the database, while it waited for the
 # broker. Any planner's outbox then unmarks its runs; a live but late planner only causes copies,
 # which the dispatcher drops.
 PUBLICATION_GRACE = timedelta(seconds=5)
-_PROBE_SHARE = 20.0
 # A histogram of the jobs due ahead: (bucket end, jobs due in the bucket), in time order.
 DueCounts = list[tuple[datetime, int]]
 
@@ -636,7 +636,13 @@ class Planner:
         tracker = DeliveryTracker(self.producer)  # type: ignore[arg-type]
         headers = RoutingHeaders(now, RUN_EVENTS.headers())
         missed_before = now - self.config.on_time_grace
-        marked: list[tuple[uuid.UUID, datetime]] = []
+        # Every run the round inserted marked, also those a failure below leaves unproduced.
+        marked = [
+            (run.run_id, run.scheduled_for)
+            for _job, runs in planned
+            for run in runs
+            if run.run_id in inserted and run.due_at <= horizon
+        ]
         acked: Sequence[tuple[uuid.UUID, datetime]] = ()
         failed: Sequence[tuple[Any, str]] = ()
         try:
@@ -645,11 +651,9 @@ class Planner:
                 for run in runs:
                     if run.run_id not in inserted or run.due_at > horizon:
                         continue
-                    key = (run.run_id, run.scheduled_for)
-                    marked.append(key)
                     run_id = str(run.run_id)
                     tracker.produce(
-                        key,
+                        (run.run_id, run.scheduled_for),
                         self.catalog.tier_for(run.due_at - now),
                         run_id.encode("ascii"),
                         template.encode(run_id, run.scheduled_for, run.due_at, 1),
