@@ -59,8 +59,8 @@ _MAX_SOCKET_PATH = 107
 # How long backends of a crashed postmaster get to notice and exit before they are killed.
 _ORPHAN_GRACE = 5.0
 _NON_DURABLE = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
-# A scheduler writes every run several times (insert, publish mark, result) and moves every due
-# job: at a steady 8,000 runs/s that is ~17 MB of WAL a second. PostgreSQL's stock
+# A scheduler writes every run more than once (its insert, its result) and moves every due job:
+# at a steady 8,000 runs/s that was ~17 MB of WAL a second. PostgreSQL's stock
 # max_wal_size (1 GB) then forces a checkpoint about once a minute, and the first change of each
 # page after a checkpoint writes the whole page to the WAL again; its stock shared_buffers
 # (128 MB) holds less than a minute of a day's runs partition. infra/README.md has the figures.
