@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from datetime import UTC, datetime
@@ -112,6 +113,13 @@ class _DemoServer(ThreadingHTTPServer):
 
     request_queue_size = 1024
     daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A caller that hung up before the answer (a worker stopping hands its slow run back
+        and closes the connection) is normal here, not a traceback on the console."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 def demo_jobs(port: int) -> list[JobDefinition]:
