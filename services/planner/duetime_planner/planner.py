@@ -636,21 +636,20 @@ class Planner:
         tracker = DeliveryTracker(self.producer)  # type: ignore[arg-type]
         headers = RoutingHeaders(now, RUN_EVENTS.headers())
         missed_before = now - self.config.on_time_grace
-        # Every run the round inserted marked, also those a failure below leaves unproduced.
-        marked = [
-            (run.run_id, run.scheduled_for)
-            for _job, runs in planned
-            for run in runs
-            if run.run_id in inserted and run.due_at <= horizon
+        # What the round inserted marked (new, due within the horizon), each job's runs picked
+        # once: produced below, and all unmarked again if producing fails part-way.
+        publish = [
+            (job, picked)
+            for job, runs in planned
+            if (picked := [r for r in runs if r.run_id in inserted and r.due_at <= horizon])
         ]
+        marked = [(run.run_id, run.scheduled_for) for _job, runs in publish for run in runs]
         acked: Sequence[tuple[uuid.UUID, datetime]] = ()
         failed: Sequence[tuple[Any, str]] = ()
         try:
-            for job, runs in planned:
+            for job, runs in publish:
                 template, kind, target, tenant = _records_of(job)
                 for run in runs:
-                    if run.run_id not in inserted or run.due_at > horizon:
-                        continue
                     run_id = str(run.run_id)
                     tracker.produce(
                         (run.run_id, run.scheduled_for),
@@ -689,11 +688,10 @@ class Planner:
         """
         cfg = self.config
         with self.store.tx() as tx:
-            # Publications whose planner never settled them: their runs join the outbox now.
+            # Publications whose planner never settled them: their runs join this outbox read.
             recovered = tx.publications_recover(cfg.publish_timeout + PUBLICATION_GRACE)
             if recovered:
                 event(log, "runs.publications_recovered", logging.WARNING, runs=recovered)
-        with self.store.tx() as tx:
             now = tx.db_now()
             rows = tx.runs_get_unpublished(now + self.lookahead, cfg.batch_size)
             orphans = [(r.run_id, r.scheduled_for) for r in rows if r.target is None]
