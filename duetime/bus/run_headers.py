@@ -4,7 +4,7 @@ The planner writes these headers on every record of ``runs.due.*`` (and the disp
 them, bytes untouched, onto ``runs.ready``):
 
 ==========================  ===========================================================
-``duetime-run-id``          the run's UUID, ASCII
+``duetime-run-id``          the run's UUID, ASCII, in its canonical form (lowercase hex, hyphens)
 ``duetime-attempt``         the attempt the record asks for, ASCII decimal
 ``duetime-due-at-ms``       when to release it: Unix epoch milliseconds, ASCII decimal, rounded
                             *up* to the next whole millisecond, so that a router that works in
@@ -26,6 +26,7 @@ them (an older planner) is still valid: readers fall back to decoding the value.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -66,13 +67,20 @@ THROTTLED_MS = "duetime-throttled-ms"
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CATCH_UP_HEADER: tuple[str, bytes] = (CATCH_UP, b"1")
+#: ``str(uuid)``'s form: a run id header in any other spelling does not route.
+_CANONICAL_UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 class RunRouting(NamedTuple):
     """What a router needs to know about a run record without decoding it (a named tuple: one
-    is made per record read, and a frozen dataclass costs several times as much to make)."""
+    is made per record read, and a frozen dataclass costs several times as much to make).
 
-    run_id: uuid.UUID
+    ``run_key`` is the run id as the header carries it, the ASCII of its canonical text: a
+    router keys, compares and forwards those bytes, and a ``uuid.UUID`` (parsing, hashing and
+    formatting it again cost more than the rest of the headers) is made only when asked for.
+    """
+
+    run_key: bytes
     attempt: int
     due_at_ms: int
     target_kind: str
@@ -80,6 +88,10 @@ class RunRouting(NamedTuple):
     target_service: str | None = None  # None: an older record without the header
     tenant: str | None = None
     catch_up: bool = False
+
+    @property
+    def run_id(self) -> uuid.UUID:
+        return uuid.UUID(self.run_key.decode("ascii"))
 
 
 def epoch_ms(instant: datetime) -> int:
@@ -202,8 +214,9 @@ def read_routing(headers: Sequence[tuple[str, bytes | None]] | None) -> RunRouti
     due_raw, kind_raw = found.get(DUE_AT_MS), found.get(TARGET_KIND)
     if run_raw is None or attempt_raw is None or due_raw is None or kind_raw is None:
         return None
+    if _CANONICAL_UUID.fullmatch(run_raw) is None:
+        return None
     try:
-        run_id = uuid.UUID(run_raw.decode("ascii"))
         attempt = int(attempt_raw)
         due_at_ms = int(due_raw)
         kind = kind_raw.decode("ascii")
@@ -219,5 +232,5 @@ def read_routing(headers: Sequence[tuple[str, bytes | None]] | None) -> RunRouti
     if attempt < 1 or kind not in ("http", "kafka"):
         return None
     return RunRouting(
-        run_id, attempt, due_at_ms, kind, sent_at_ms, target_service, tenant_name, catch_up
+        run_raw, attempt, due_at_ms, kind, sent_at_ms, target_service, tenant_name, catch_up
     )

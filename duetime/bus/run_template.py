@@ -10,26 +10,24 @@ costs a fraction of a general encoder's per-record setup. The bytes are identica
 targets, so a schema change that this module does not follow fails the tests, and the order of
 the leading fields is also checked at import.
 
-``RunDecoder`` is the other direction: the per-run head (run_id, job_id, tenant, the two instants
-and the attempt) is read by hand, and the job's tail (the same bytes for every run of one job
-version) is decoded once by the schema's own codec and remembered, so the dispatcher does not
-run a full Avro decode per run of the job. A record whose head does not parse, or whose tail is
-not known yet, goes through ``RUN_EVENTS.decode``, which validates it whole.
+``read_head`` is the other direction's first half: the per-run head (run_id, job_id, tenant, the
+two instants and the attempt) read by hand. The job's tail (the same bytes for every run of one
+job version) is what the dispatcher's fast path decodes once, with the schema's own codec, and
+remembers by its bytes, so it runs no Avro decode per run of a job
+(:mod:`duetime_dispatcher.fast_path`).
 """
 
 from __future__ import annotations
 
 import struct
-import uuid
 from datetime import UTC, datetime, timedelta
 
-from duetime.model import HeaderValue, HttpTarget, RunEvent, SecretRef, Target
+from duetime.model import HeaderValue, HttpTarget, SecretRef, Target
 from duetime.schedule import RetryPolicy
 
-from .codec import Headers
 from .records import RUN_EVENTS
 
-__all__ = ["RunDecoder", "RunTemplate"]
+__all__ = ["RunTemplate", "read_head"]
 
 # The fields in schema order; the per-job tail starts at max_attempts.
 _FIELDS = (
@@ -181,7 +179,12 @@ class RunTemplate:
 
 def _read_long(data: bytes, pos: int) -> tuple[int, int]:
     """An Avro int/long at ``pos``: its value and the position after it."""
-    shift = result = 0
+    byte = data[pos]
+    if byte < 0x80:  # one byte: every length and attempt of a run record
+        return (byte >> 1) ^ -(byte & 1), pos + 1
+    result = byte & 0x7F
+    shift = 7
+    pos += 1
     while True:
         byte = data[pos]
         pos += 1
@@ -201,66 +204,46 @@ def _read_string(data: bytes, pos: int) -> tuple[str, int]:
     return data[pos:end].decode(), end
 
 
-# What a job's tail holds: max_attempts, target_service, target, lease, heartbeat, retry.
-_Tail = tuple[int, str, Target, timedelta, timedelta, RetryPolicy]
+#: 8-byte varints read lately -> their value (read_head's instants). Varints are prefix-free,
+#: so 8 bytes equal to a whole varint seen before are that varint, whatever follows them.
+_INSTANTS: dict[bytes, int] = {}
 
 
-class RunDecoder:
-    """``RUN_EVENTS.decode``, the job's part of each record decoded once (module docstring).
+def _read_instant(data: bytes, pos: int) -> tuple[int, int]:
+    """``_read_long`` for an instant in epoch µs (8 bytes from 2001 to 2112), remembered: a
+    spike's runs share one scheduled instant, and a steady load's one per second."""
+    known = _INSTANTS.get(data[pos : pos + 8])
+    if known is not None:
+        return known, pos + 8
+    value, end = _read_long(data, pos)
+    if end - pos == 8:
+        if len(_INSTANTS) >= 4096:
+            _INSTANTS.clear()
+        _INSTANTS[data[pos:end]] = value
+    return value, end
 
-    Args:
-        max_jobs: tails remembered; beyond it the memory starts afresh (job versions come and go).
+
+def read_head(data: bytes) -> tuple[bytes, str, str, int, int, int, int]:
+    """The per-run head of a RunEvent record, read by hand: (the run id's text as bytes,
+    job_id, tenant, scheduled_for and due_at in epoch microseconds, attempt, and where the job's
+    tail starts).
+
+    Validates nothing beyond the head's own encoding: the caller compares the run id with one it
+    trusts and knows the tail's bytes from a record the codec decoded whole
+    (:mod:`duetime_dispatcher.fast_path`).
+
+    Raises:
+        ValueError: the bytes are not such a head (a string beyond the record, a varint too long,
+            text that is not UTF-8); IndexError: the record ends inside the head.
     """
-
-    __slots__ = ("_max_jobs", "_tails")
-
-    def __init__(self, max_jobs: int = 100_000) -> None:
-        self._max_jobs = max_jobs
-        self._tails: dict[bytes, _Tail] = {}
-
-    def decode(self, data: bytes | None, headers: Headers = None) -> RunEvent:
-        """The RunEvent of ``data``; ``CodecError`` exactly where ``RUN_EVENTS.decode`` raises."""
-        if data is None:
-            return RUN_EVENTS.decode(data, headers)
-        RUN_EVENTS.check_headers(headers)
-        try:
-            run_id, pos = _read_string(data, 0)
-            job_id, pos = _read_string(data, pos)
-            tenant, pos = _read_string(data, pos)
-            scheduled_us, pos = _read_long(data, pos)
-            due_us, pos = _read_long(data, pos)
-            attempt, pos = _read_long(data, pos)
-            tail = self._tails.get(data[pos:])
-            if tail is None:
-                return self._learn(data, pos, headers)
-            max_attempts, target_service, target, lease, heartbeat, retry = tail
-            return RunEvent(
-                run_id=uuid.UUID(run_id),
-                job_id=job_id,
-                tenant=tenant,
-                scheduled_for=_EPOCH + timedelta(microseconds=scheduled_us),
-                due_at=_EPOCH + timedelta(microseconds=due_us),
-                attempt=attempt,
-                max_attempts=max_attempts,
-                target_service=target_service,
-                target=target,
-                lease=lease,
-                heartbeat_interval=heartbeat,
-                retry=retry,
-            )
-        except (IndexError, ValueError, OverflowError):
-            return RUN_EVENTS.decode(data, headers)  # raises the codec's own error
-
-    def _learn(self, data: bytes, pos: int, headers: Headers) -> RunEvent:
-        run = RUN_EVENTS.decode(data, headers)  # the whole record validated once per tail
-        if len(self._tails) >= self._max_jobs:
-            self._tails.clear()
-        self._tails[data[pos:]] = (
-            run.max_attempts,
-            run.target_service,
-            run.target,
-            run.lease,
-            run.heartbeat_interval,
-            run.retry,
-        )
-        return run
+    length, pos = _read_long(data, 0)
+    end = pos + length
+    if length < 0 or end > len(data):
+        raise ValueError("string beyond the record")
+    run_text = data[pos:end]
+    job_id, pos = _read_string(data, end)
+    tenant, pos = _read_string(data, pos)
+    scheduled_us, pos = _read_instant(data, pos)
+    due_us, pos = _read_instant(data, pos)
+    attempt, pos = _read_long(data, pos)
+    return run_text, job_id, tenant, scheduled_us, due_us, attempt, pos

@@ -29,6 +29,7 @@ __all__ = [
     "SCHEDULED_FOR",
     "duetime_headers",
     "format_instant",
+    "kafka_header_values",
     "kafka_headers",
     "reserved_topic",
     "topic_refusal",
@@ -83,16 +84,28 @@ def kafka_headers(
     run_id: uuid.UUID, attempt: int, fencing_token: int, scheduled_for: datetime
 ) -> list[tuple[str, bytes]]:
     """The idempotency and fencing headers as Kafka record headers (UTF-8 values): the same
-    names and values as :func:`duetime_headers`, built as bytes directly (the dispatcher's fast
-    path builds one set per record it reads)."""
-    run = str(run_id).encode("ascii")
+    names and values as :func:`duetime_headers`, built as bytes directly."""
+    return kafka_header_values(
+        str(run_id).encode("ascii"),
+        attempt,
+        fencing_token,
+        _formatted(scheduled_for).encode("ascii"),
+    )
+
+
+def kafka_header_values(
+    run: bytes, attempt: int, fencing_token: int, scheduled_for: bytes
+) -> list[tuple[str, bytes]]:
+    """:func:`kafka_headers` from the run id's canonical text and the formatted scheduled
+    instant (:func:`format_instant`), as bytes: the dispatcher's fast path builds one set per
+    record it reads and has both at hand."""
     count = str(attempt).encode("ascii")
     return [
         (IDEMPOTENCY_KEY, run + b":" + count),
         (RUN_ID, run),
         (ATTEMPT, count),
         (FENCING_TOKEN, str(fencing_token).encode("ascii")),
-        (SCHEDULED_FOR, _formatted(scheduled_for).encode("ascii")),
+        (SCHEDULED_FOR, scheduled_for),
     ]
 
 

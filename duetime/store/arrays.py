@@ -16,7 +16,8 @@ from datetime import datetime
 __all__ = ["flags", "instants", "numbers", "uuids"]
 
 
-def uuids(values: Iterable[uuid.UUID]) -> str:
+def uuids(values: Iterable[uuid.UUID | str]) -> str:
+    """UUIDs, or their canonical text (which ``str`` leaves as it is)."""
     return "{" + ",".join(map(str, values)) + "}"
 
 

@@ -604,12 +604,14 @@ class Store:
     def runs_emitted(
         self,
         worker: str,
-        emitted: Sequence[tuple[uuid.UUID, datetime, int, datetime, datetime, int]],
-    ) -> set[tuple[uuid.UUID, int]]:
+        emitted: Sequence[tuple[str, datetime, int, datetime, datetime, int]],
+    ) -> set[tuple[str, int]]:
         """Record Kafka-target runs the dispatcher emitted itself as succeeded, in one statement
         (``dispatcher.sql``). ``emitted``: (run_id, scheduled_for, attempt, started_at = released
-        at, finished_at, throttled_ms). Returns the (run_id, attempt) it recorded; the others
-        had already been handled (a worker, or this same record earlier) and are left alone."""
+        at, finished_at, throttled_ms), the run id as its canonical text (what the dispatcher
+        holds; no ``uuid.UUID`` either way). Returns the (run_id, attempt) it recorded, the id
+        as the same text; the others had already been handled (a worker, or this same record
+        earlier) and are left alone."""
         if not emitted:
             return set()
         # Array literals, not lists (duetime/store/arrays.py): the driver would adapt the lists

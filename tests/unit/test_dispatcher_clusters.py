@@ -70,8 +70,8 @@ def test_each_cluster_gets_one_statement_with_its_own_runs() -> None:
         recorder.add(release, emission, T0 + S)
     written = asyncio.run(recorder.flush())
     assert written == [release for release, _ in releases]
-    assert [[row[0] for row in call] for call in home.calls] == [[r.run_id for r in runs[:3]]]
-    assert [[row[0] for row in call] for call in other.calls] == [[r.run_id for r in runs[3:]]]
+    assert [[row[0] for row in call] for call in home.calls] == [[str(r.run_id) for r in runs[:3]]]
+    assert [[row[0] for row in call] for call in other.calls] == [[str(r.run_id) for r in runs[3:]]]
     assert recorder.recorded == 5 and recorder.results_due == 5
 
 
@@ -89,5 +89,5 @@ def test_a_failing_cluster_keeps_only_its_own_runs_unacked() -> None:
     assert recorder.pending == 2 and recorder.write_failures == 1
     other.fail = False
     assert asyncio.run(recorder.flush()) == [release for release, _ in releases[2:]]
-    assert [[row[0] for row in call] for call in other.calls] == [[r.run_id for r in runs[2:]]]
+    assert [[row[0] for row in call] for call in other.calls] == [[str(r.run_id) for r in runs[2:]]]
     assert len(home.calls) == 1  # nothing written twice

@@ -5,19 +5,21 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import fields, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from duetime.bus.codec import SCHEMA_HEADER as SCHEMA
 from duetime.bus.records import RUN_EVENTS, RUN_RESULTS
 from duetime.bus.run_headers import routing_headers
+from duetime.bus.run_template import RunTemplate
 from duetime.errors import StoreError
 from duetime.flow import TargetLimit
 from duetime.model import HttpTarget, KafkaTarget, RunEvent, Target
 from duetime.store.flow import GrantRequest
-from duetime_dispatcher.fast_path import Emission, plan_emission
+from duetime_dispatcher.fast_path import Emission, EmissionPlanner
 from duetime_dispatcher.holding import Release, Source
 from duetime_dispatcher.ledger import Claim
 from duetime_dispatcher.recorder import EmittedRecorder
@@ -43,6 +45,11 @@ def run_event(target: Target, run_id: uuid.UUID | None = None) -> RunEvent:
     )
 
 
+def plan_emission(record: Routed, prefix: str) -> tuple[Routed, str | None]:
+    """A fresh planner's plan: the first record of a job, decoded whole by the codec."""
+    return EmissionPlanner(prefix).plan(record)
+
+
 def routed(run: RunEvent, kind: str = "kafka", value: bytes | None = None) -> Routed:
     headers = [*routing_headers(run.run_id, run.attempt, run.due_at, kind, T0)]
     return route_record(value or RUN_EVENTS.encode(run), [*headers, *RUN_EVENTS.headers()])  # type: ignore[list-item]
@@ -63,27 +70,12 @@ def test_a_kafka_target_is_planned_before_its_due_instant() -> None:
         "X-Duetime-Fencing-Token": b"1",
         "X-Duetime-Scheduled-For": b"2026-12-02T00:00:00Z",
     }
-    assert emission.run == run
-
-
-def test_with_emission_keeps_every_other_field_of_the_record() -> None:
-    """``Routed.with_emission`` copies the fields by position: a field it forgot would be lost."""
-    run = run_event(KafkaTarget(topic="orders", key=None, value="x"))
-    planned, _ = plan_emission(routed(run), "duetime.")
-    assert planned.emission is not None
-    defaults = {f.name: f.default for f in fields(Routed) if f.name != "emission"}
-    # Every field set to something other than its default, so a dropped one shows.
-    full = replace(
-        planned,
-        emission=None,
-        sent_at_ms=7,
-        run=run,
-        target_service="kafka:orders",
-        tenant="acme",
-        catch_up=True,
+    assert (emission.run_id, emission.attempt, emission.scheduled_for) == (run.run_id, 1, T0)
+    assert (emission.job_id, emission.tenant, emission.target_service) == (
+        "job-1",
+        "acme",
+        "kafka:orders",
     )
-    assert all(getattr(full, name) != default for name, default in defaults.items())
-    assert full.with_emission(planned.emission) == replace(full, emission=planned.emission)
 
 
 def test_a_later_attempt_on_the_fast_path_is_fenced_above_the_earlier_ones() -> None:
@@ -124,12 +116,10 @@ def test_what_cannot_take_the_fast_path_goes_to_runs_ready_with_a_reason() -> No
 class FakeStore:
     def __init__(self) -> None:
         self.calls: list[list[tuple[Any, ...]]] = []
-        self.handled: set[tuple[uuid.UUID, int]] = set()
+        self.handled: set[tuple[str, int]] = set()
         self.fail = False
 
-    def runs_emitted(
-        self, worker: str, emitted: Sequence[tuple[Any, ...]]
-    ) -> set[tuple[uuid.UUID, int]]:
+    def runs_emitted(self, worker: str, emitted: Sequence[tuple[Any, ...]]) -> set[tuple[str, int]]:
         if self.fail:
             raise StoreError("database error: connection refused")
         self.calls.append(list(emitted))
@@ -189,14 +179,14 @@ def test_the_recorder_writes_in_chunks_publishes_results_and_releases_for_acking
     recorder = new_recorder(store, producer, chunk=2)
     runs = [run_event(KafkaTarget(topic="orders", key=None, value="x")) for _ in range(3)]
     releases = [release_of(run, n) for n, run in enumerate(runs)]
-    store.handled.add((runs[1].run_id, 1))  # a worker got there first: left alone, no result
+    store.handled.add((str(runs[1].run_id), 1))  # a worker got there first: left alone, no result
     for release, emission in releases:
         recorder.add(release, emission, T0 + S)
     written = asyncio.run(recorder.flush())
     assert written == [release for release, _ in releases]  # all may be acked now
     assert [len(call) for call in store.calls] == [2, 1]
     # (run, scheduled_for, attempt, released at, finished at, throttled ms)
-    assert store.calls[0][0] == (runs[0].run_id, T0, 1, T0, T0 + S, 0)
+    assert store.calls[0][0] == (str(runs[0].run_id), T0, 1, T0, T0 + S, 0)
     assert (recorder.recorded, recorder.already_handled) == (2, 1)
     # The result records wait for the dispatcher to call for them (once releases pause).
     assert producer.sent == [] and recorder.results_due == 2
@@ -233,3 +223,85 @@ def test_without_a_topic_prefix_other_topics_take_the_fast_path() -> None:
     record = routed(run_event(KafkaTarget(topic="jobs-of-the-day", key=None, value="x")))
     planned, skipped = plan_emission(record, "")
     assert skipped is None and planned.emission is not None
+
+
+def _template_of(run: RunEvent) -> RunTemplate:
+    return RunTemplate(
+        job_id=run.job_id,
+        tenant=run.tenant,
+        max_attempts=run.max_attempts,
+        target_service=run.target_service,
+        target=run.target,
+        lease=run.lease,
+        heartbeat_interval=run.heartbeat_interval,
+        retry=run.retry,
+    )
+
+
+def _record(run: RunEvent, value: bytes | None = None, **changes: Any) -> Routed:
+    """``run``'s due record as the planner writes it (template bytes, routing headers)."""
+    run = replace(run, **changes)
+    data = _template_of(run).encode(str(run.run_id), run.scheduled_for, run.due_at, run.attempt)
+    return routed(run, value=value if value is not None else data)
+
+
+def test_a_jobs_later_records_plan_what_the_codec_would_plan() -> None:
+    """The first record of a job is decoded whole; the later ones from their head and the known
+    tail. Each plans exactly what a fresh planner (the codec's whole decode) plans for it."""
+    planner = EmissionPlanner("duetime.")
+    first = run_event(KafkaTarget(topic="orders", key="o-7", value='{"bill": true}'))
+    planner.plan(_record(first))
+    for n, (attempt, scheduled) in enumerate(
+        [(1, T0 + S), (2, T0 + 2 * S), (7, T0 + timedelta(microseconds=123_457)), (1, T0 + S)]
+    ):
+        record = _record(
+            first, run_id=uuid.uuid4(), attempt=attempt, scheduled_for=scheduled, due_at=scheduled
+        )
+        copy = replace(record)  # planning sets the record's emission in place
+        planned, skipped = planner.plan(record)
+        assert skipped is None and planned.emission is not None, n
+        by_codec = plan_emission(copy, "duetime.")[0]
+        assert by_codec.emission is not None and by_codec.emission.headers[0][0] == (
+            "Idempotency-Key"
+        )
+        assert planned.emission == by_codec.emission
+        assert planned == by_codec
+        assert dict(planned.emission.headers)["X-Duetime-Fencing-Token"] == b"%d" % (
+            2 * attempt - 1
+        )
+
+
+def test_a_known_jobs_bad_records_fail_where_the_codec_fails() -> None:
+    planner = EmissionPlanner("duetime.")
+    run = run_event(KafkaTarget(topic="orders", key=None, value="x"))
+    good = _record(run)
+    planner.plan(good)  # the job's tail is known from here on
+    other = replace(run, run_id=uuid.uuid4())
+    data = _record(other).value
+    for record, why in [
+        (_record(other, value=data[:-3]), "not valid Avro"),
+        (_record(other, value=data + b"\x00"), "trailing bytes"),
+        (_record(other, value=data[:10]), "not valid Avro"),
+        (_record(other, value=data[:37] + b"\x06\xff\xfe\xfd" + data[41:]), "not valid Avro"),
+        (_record(other, value=_record(replace(other, run_id=uuid.uuid4())).value), "different"),
+        (_record(other, value=_record(other, attempt=2).value), "different runs"),
+        (
+            replace(_record(other), headers=[*_record(other).headers[:-1], (SCHEMA, b"0")]),
+            "schema fingerprint",
+        ),
+    ]:
+        planned, skipped = planner.plan(record)
+        assert planned.emission is None and skipped is not None and why in skipped, why
+    planned, skipped = planner.plan(_record(other))
+    assert skipped is None and planned.emission is not None
+
+
+def test_a_full_memory_of_jobs_starts_afresh() -> None:
+    planner = EmissionPlanner("duetime.", max_jobs=1)
+    for n in range(3):
+        run = run_event(KafkaTarget(topic="orders", key=None, value=str(n)))
+        for _ in range(2):
+            record = _record(run, run_id=uuid.uuid4())
+            planned, skipped = planner.plan(record)
+            assert skipped is None and planned.emission is not None
+            assert planned.emission.value == str(n).encode()

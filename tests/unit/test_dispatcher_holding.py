@@ -25,7 +25,7 @@ S = timedelta(seconds=1)
 def run_due(due: datetime, n: int = 0, attempt: int = 1) -> Routed:
     """Run number ``n`` due at ``due``, as routed from its headers (the bytes do not matter)."""
     run_id = uuid.UUID(int=n + 1)
-    return Routed(run_id, attempt, due, "http", b"value-%d" % n, [], str(run_id).encode())
+    return Routed(str(run_id).encode(), attempt, due, "http", b"value-%d" % n, [])
 
 
 def run_number(routed: Routed) -> int:

@@ -19,13 +19,12 @@ T0 = datetime(2026, 12, 31, 23, 59, 59, tzinfo=UTC)
 def _release(target: str | None, tenant: str, offset: int = 0, *, due_s: float = 0) -> Release[Any]:
     run_id = uuid.uuid4()
     routed = Routed(
-        run_id,
+        str(run_id).encode(),
         1,
         T0 + timedelta(seconds=due_s),
         "http",
         b"",
         [],
-        str(run_id).encode(),
         target_service=target,
         tenant=tenant,
     )

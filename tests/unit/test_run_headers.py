@@ -66,6 +66,9 @@ def test_missing_or_malformed_headers_read_as_none() -> None:
         ("duetime-attempt", b"x"),
         ("duetime-target-kind", b"ftp"),
         ("duetime-run-id", b"\xff"),
+        # Only the canonical text routes: the router keys and forwards the bytes as they are.
+        ("duetime-run-id", str(RUN_ID).upper().encode()),
+        ("duetime-run-id", RUN_ID.hex.encode()),
         ("duetime-due-at-ms", b"soon"),
     ):
         assert read_routing([(k, bad if k == name else v) for k, v in good]) is None

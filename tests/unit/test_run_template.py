@@ -1,5 +1,6 @@
-"""RunTemplate writes exactly the bytes of the RunEvent codec, and RunDecoder reads back exactly
-what the codec reads, for any run of any job; bad records fail the same way."""
+"""RunTemplate writes exactly the bytes of the RunEvent codec, and read_head reads back exactly
+the per-run fields the codec reads, for any run of any job. (The dispatcher's use of read_head,
+including records the codec refuses: tests/unit/test_dispatcher_fast_path.py.)"""
 
 from __future__ import annotations
 
@@ -11,10 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from duetime.bus.codec import SCHEMA_HEADER
 from duetime.bus.records import RUN_EVENTS
-from duetime.bus.run_template import RunDecoder, RunTemplate
-from duetime.errors import CodecError
+from duetime.bus.run_template import RunTemplate, read_head
 from duetime.model import HttpTarget, KafkaTarget, RunEvent, SecretRef
 from duetime.schedule import RetryPolicy
 
@@ -97,11 +96,21 @@ def test_template_bytes_equal_the_codec(
     data = template.encode(str(run.run_id), run.scheduled_for, run.due_at, attempt)
     assert data == RUN_EVENTS.encode(run)
     assert RUN_EVENTS.decode(data) == RUN_EVENTS.decode(RUN_EVENTS.encode(run))
-    # The decoder: the first run of the job decodes whole, the next one from the known tail.
-    decoder = RunDecoder()
-    assert decoder.decode(data) == RUN_EVENTS.decode(data)
+    # The head: the per-run fields as the codec reads them, then the job's tail, the same
+    # bytes for every run of the job.
+    run_text, job, tenant_read, scheduled_us, due_us, attempt_read, tail_at = read_head(data)
+    decoded = RUN_EVENTS.decode(data)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    assert (run_text, job, tenant_read, attempt_read) == (
+        str(run.run_id).encode(),
+        decoded.job_id,
+        decoded.tenant,
+        decoded.attempt,
+    )
+    assert epoch + timedelta(microseconds=scheduled_us) == decoded.scheduled_for
+    assert epoch + timedelta(microseconds=due_us) == decoded.due_at
     other = template.encode(str(uuid.uuid4()), run.due_at, run.scheduled_for, attempt)
-    assert decoder.decode(other) == RUN_EVENTS.decode(other)
+    assert other[read_head(other)[-1] :] == data[tail_at:]
 
 
 @pytest.mark.parametrize(
@@ -139,7 +148,7 @@ def test_one_template_serves_every_run_of_its_job(target: HttpTarget | KafkaTarg
     assert {d.job_id for d in decoded} == {"job-1"} and {d.target for d in decoded} == {target}
 
 
-def test_the_decoder_fails_where_the_codec_fails() -> None:
+def test_a_head_that_does_not_parse_raises() -> None:
     template = RunTemplate(
         job_id="job-1",
         tenant="acme",
@@ -152,31 +161,6 @@ def test_the_decoder_fails_where_the_codec_fails() -> None:
     )
     at = datetime(2026, 12, 4, tzinfo=UTC)
     good = template.encode(str(uuid.uuid4()), at, at, 1)
-    decoder = RunDecoder()
-    decoder.decode(good)  # the tail is known from here on
-    bad_run_id = template.encode("not-a-uuid", at, at, 1)
-    truncated = good[:-3]
-    trailing = good + b"\x00"
-    cut_head = good[:10]
-    for data in (bad_run_id, truncated, trailing, cut_head, b"", b"\xff" * 12, None):
-        with pytest.raises(CodecError):
-            RUN_EVENTS.decode(data)
-        with pytest.raises(CodecError):
-            decoder.decode(data)
-    with pytest.raises(CodecError, match="schema fingerprint"):
-        decoder.decode(good, [(SCHEMA_HEADER, b"0000")])
-    # A full memory starts afresh rather than growing.
-    small = RunDecoder(max_jobs=1)
-    for i in range(3):
-        t = RunTemplate(
-            job_id=f"job-{i}",
-            tenant="acme",
-            max_attempts=3,
-            target_service="svc",
-            target=KafkaTarget(topic="events", key=None, value=str(i)),
-            lease=timedelta(seconds=60),
-            heartbeat_interval=timedelta(seconds=20),
-            retry=RetryPolicy(max_attempts=3),
-        )
-        data = t.encode(str(uuid.uuid4()), at, at, 1)
-        assert small.decode(data) == RUN_EVENTS.decode(data)
+    for data in (good[:10], b"", b"\xff" * 12, good[:37] + b"\x06\xff\xfe\xfd" + good[41:]):
+        with pytest.raises((ValueError, IndexError)):
+            read_head(data)

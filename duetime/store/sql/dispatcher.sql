@@ -23,7 +23,7 @@ UPDATE runs r SET state = 'succeeded', attempt = req.attempt, worker = :worker, 
 FROM req
 WHERE r.run_id = req.run_id AND r.scheduled_for = req.scheduled_for
   AND r.state = 'scheduled' AND r.attempt = req.attempt - 1
-RETURNING r.run_id, r.attempt;
+RETURNING r.run_id::text AS run_id, r.attempt;
 
 -- name: runs_handled
 -- Of the given attempts (run n of each), those whose run is already past them: no longer

@@ -55,7 +55,6 @@ from prometheus_client import CollectorRegistry
 from duetime.aio import wait_event
 from duetime.bus.kafka import producer_config
 from duetime.bus.run_headers import epoch_ms
-from duetime.bus.run_template import RunDecoder
 from duetime.bus.topics import TopicCatalog
 from duetime.clock_offset import ClockOffset
 from duetime.collector import collector_paused
@@ -66,7 +65,7 @@ from duetime.store.clusters import ClusterStores
 
 from .backpressure import Gate, IntakeGate
 from .config import DispatcherConfig, faust_settings
-from .fast_path import plan_emission
+from .fast_path import EmissionPlanner
 from .heap import Heap
 from .holding import Holding, Outcome, Release, Source
 from .intake import IntakeConsumer
@@ -201,7 +200,7 @@ class Dispatcher:
         self.app.on_before_shutdown.connect(self._on_shutdown)  # type: ignore[arg-type]
         self._wake: asyncio.Event | None = None
         self._joined = asyncio.Event()  # set at the first assignment (possibly of nothing)
-        self._decoder = RunDecoder()
+        self._emissions = EmissionPlanner(self.settings.topic_prefix)
         self._log_thread = ThreadPoolExecutor(1, thread_name_prefix="dispatcher-log")
         self._closing = False
 
@@ -344,7 +343,7 @@ class Dispatcher:
             return set()
         before = self._on_db_clock(batch.read_at) - late
         runs = [
-            routed.emission.run
+            routed.emission
             for _source, routed in batch.records
             if routed is not None and routed.emission is not None and routed.due_at <= before
         ]
@@ -361,7 +360,7 @@ class Dispatcher:
 
     def _plan_emission(self, routed: Routed, source: Source) -> Routed:
         try:
-            planned, skipped = plan_emission(routed, self.settings.topic_prefix, self._decoder)
+            planned, skipped = self._emissions.plan(routed)
         except Exception as exc:
             # A bug in planning must not make a routable run poison: a worker can still run it.
             planned, skipped = routed, repr(exc)

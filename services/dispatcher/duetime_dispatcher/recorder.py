@@ -37,7 +37,6 @@ from duetime.bus.result_encoding import ResultTemplate
 from duetime.errors import StoreError
 from duetime.flow import TargetLimit
 from duetime.logs import event as log_event
-from duetime.model import RunEvent
 from duetime.store.flow import GrantRequest
 
 from .fast_path import Emission
@@ -51,17 +50,16 @@ Item = TypeVar("Item")
 
 log = logging.getLogger("duetime.dispatcher")
 
-#: (run_id, scheduled_for, attempt, started_at, finished_at, throttled_ms); started_at is when
-#: the run was released (off the wheel, plus any throttled wait).
-EmittedRow = tuple[uuid.UUID, datetime, int, datetime, datetime, int]
+#: (run_id, scheduled_for, attempt, started_at, finished_at, throttled_ms); the run id as its
+#: canonical text; started_at is when the run was released (off the wheel, plus any throttled
+#: wait).
+EmittedRow = tuple[str, datetime, int, datetime, datetime, int]
 
 
 class DispatcherStore(Protocol):
     """The database calls the dispatcher makes (``duetime.store.Store`` has them)."""
 
-    def runs_emitted(
-        self, worker: str, emitted: Sequence[EmittedRow]
-    ) -> set[tuple[uuid.UUID, int]]: ...
+    def runs_emitted(self, worker: str, emitted: Sequence[EmittedRow]) -> set[tuple[str, int]]: ...
 
     def runs_handled(
         self, attempts: Sequence[tuple[uuid.UUID, datetime, int]]
@@ -93,10 +91,10 @@ class _Done(Generic[T]):  # not frozen: one per emitted run, and frozen __init__
     finished_at: datetime
 
     def row(self) -> EmittedRow:
-        run, release = self.emission.run, self.release
+        run, release = self.emission, self.release
         released = release.taken_at + timedelta(milliseconds=release.throttled_ms)
         return (
-            run.run_id,
+            run.run_key.decode("ascii"),
             run.scheduled_for,
             run.attempt,
             released,
@@ -177,14 +175,14 @@ class EmittedRecorder(Generic[T]):
         kept = set(unwritten)
         return [done.release for done in batch if done not in kept]
 
-    async def handled(self, runs: Sequence[RunEvent]) -> set[tuple[uuid.UUID, int]]:
+    async def handled(self, runs: Sequence[Emission]) -> set[tuple[uuid.UUID, int]]:
         """Of ``runs`` (each an attempt about to be emitted), the (run_id, attempt) whose run is
         already past that attempt, asked of each run's cluster on the database thread. Raises
         ``StoreError`` when a cluster cannot answer."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._db, self._handled, runs)
 
-    def _handled(self, runs: Sequence[RunEvent]) -> set[tuple[uuid.UUID, int]]:
+    def _handled(self, runs: Sequence[Emission]) -> set[tuple[uuid.UUID, int]]:
         found: set[tuple[uuid.UUID, int]] = set()
         for store, part in self._by_cluster(runs, lambda run: run.job_id):
             found |= store.runs_handled([(r.run_id, r.scheduled_for, r.attempt) for r in part])
@@ -239,7 +237,7 @@ class EmittedRecorder(Generic[T]):
         could not be written (the parts of the clusters that failed) and the last error."""
         unwritten: list[_Done[T]] = []
         error: StoreError | None = None
-        for store, part in self._by_cluster(batch, lambda done: done.emission.run.job_id):
+        for store, part in self._by_cluster(batch, lambda done: done.emission.job_id):
             try:
                 self._write_part(store, part)
             except StoreError as exc:  # this cluster's part stays buffered; the others go on
@@ -251,19 +249,18 @@ class EmittedRecorder(Generic[T]):
         """One statement per chunk, then the result records of the chunk are due."""
         for start in range(0, len(batch), self._chunk):
             chunk = batch[start : start + self._chunk]
-            recorded = store.runs_emitted(self.worker_id, [done.row() for done in chunk])
+            rows = [done.row() for done in chunk]
+            recorded = store.runs_emitted(self.worker_id, rows)
             self.recorded += len(recorded)
             self.already_handled += len(chunk) - len(recorded)
-            for done in chunk:
-                run = done.emission.run
-                if (run.run_id, run.attempt) in recorded:
+            for done, row in zip(chunk, rows, strict=True):
+                if (row[0], row[2]) in recorded:
                     self._results_due.append(done)
 
     def _publish_result(self, done: _Done[T]) -> None:
-        run = done.emission.run
-        run_id = str(run.run_id)
+        run = done.emission
         value = self._succeeded.encode(
-            run_id,
+            run.run_key.decode("ascii"),
             run.job_id,
             run.tenant,
             run.target_service,
@@ -272,7 +269,7 @@ class EmittedRecorder(Generic[T]):
             done.release.taken_at,
             done.finished_at,
         )
-        key = run_id.encode("ascii")
+        key = run.run_key
         while True:
             try:
                 self._results.produce(self._results_topic, value, key, headers=self._headers)

@@ -37,18 +37,26 @@ Headers = Sequence[tuple[str, bytes | None]]
 RunKey = tuple[bytes, int]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Routed:
     """One due record, reduced to what routing needs plus the bytes to forward.
 
+    Not frozen, for speed (one is made per record read; a frozen dataclass's ``__init__`` costs
+    several times as much, and a copy to add the emission as much again): the fast path sets
+    ``emission`` at intake, before the record is held (:mod:`duetime_dispatcher.fast_path`);
+    from then on nothing assigns to it, and a changed record is a new one
+    (``dataclasses.replace``).
+
     Attributes:
+        ready_key: the run id as the ASCII of its canonical text: the run's key on
+            ``runs.ready`` and, with the attempt, its de-duplication key. The ``uuid.UUID``
+            (:attr:`run_id`) is made only when asked for.
         due_at: when to release it, on the planner's database clock.
         target_kind: ``http`` or ``kafka``.
         value: the record's Avro value as read, forwarded untouched.
         headers: the record's headers as read (schema fingerprint and routing), forwarded too.
         sent_at_ms: the planner's database clock when it published the record (epoch ms), for
             the clock offset estimate; None when the record carries no such header.
-        ready_key: the key on ``runs.ready`` (the run id), computed before the due instant.
         run: the decoded value, when the record had to be decoded (no routing headers).
         emission: for a Kafka target on the fast path, the job's record to emit at the due
             instant instead of forwarding this one (:mod:`duetime_dispatcher.fast_path`).
@@ -57,13 +65,12 @@ class Routed:
         catch_up: planned after its time: drained at the ``@catch-up`` rate first.
     """
 
-    run_id: uuid.UUID
+    ready_key: bytes
     attempt: int
     due_at: datetime
     target_kind: str
     value: bytes
     headers: Headers
-    ready_key: bytes
     sent_at_ms: int | None = None
     run: RunEvent | None = None
     emission: Emission | None = None
@@ -72,27 +79,12 @@ class Routed:
     catch_up: bool = False
 
     @property
+    def run_id(self) -> uuid.UUID:
+        return uuid.UUID(self.ready_key.decode("ascii"))
+
+    @property
     def key(self) -> RunKey:
         return (self.ready_key, self.attempt)
-
-    def with_emission(self, emission: Emission) -> Routed:
-        """This record with its fast-path emission (``dataclasses.replace`` does the same at
-        twice the cost, and the intake does it for every Kafka-target record)."""
-        return Routed(
-            self.run_id,
-            self.attempt,
-            self.due_at,
-            self.target_kind,
-            self.value,
-            self.headers,
-            self.ready_key,
-            self.sent_at_ms,
-            self.run,
-            emission,
-            self.target_service,
-            self.tenant,
-            self.catch_up,
-        )
 
 
 def route_record(value: bytes | None, headers: Headers) -> Routed:
@@ -107,13 +99,12 @@ def route_record(value: bytes | None, headers: Headers) -> Routed:
     routing = read_routing(headers)
     if routing is not None:
         return Routed(
-            routing.run_id,
+            routing.run_key,
             routing.attempt,
             from_epoch_ms(routing.due_at_ms),
             routing.target_kind,
             value,
             headers,
-            str(routing.run_id).encode("ascii"),
             routing.sent_at_ms,
             target_service=routing.target_service,
             tenant=routing.tenant,
@@ -121,15 +112,13 @@ def route_record(value: bytes | None, headers: Headers) -> Routed:
         )
     run = RUN_EVENTS.decode(value, headers)
     kind = "kafka" if isinstance(run.target, KafkaTarget) else "http"
-    key = str(run.run_id).encode("ascii")
     return Routed(
-        run.run_id,
+        str(run.run_id).encode("ascii"),
         run.attempt,
         run.due_at,
         kind,
         value,
         headers,
-        key,
         None,
         run,
         target_service=run.target_service,
