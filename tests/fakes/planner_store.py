@@ -9,6 +9,7 @@ tests/integration/test_shard_fence.py runs the same fence contract against it an
 from __future__ import annotations
 
 import copy
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -97,6 +98,10 @@ class FakePlannerStore:
         self.hot_horizon = hot_horizon
         self.state = _State()
         self.transactions = 0
+        # One transaction at a time: a transaction works on a copy of the state and replaces
+        # it at the end, so two at once (the planner settles a batch's publication on its own
+        # thread while the next batch plans) would lose one's writes.
+        self._serial = threading.RLock()
 
     def add_job(self, job: DueJob) -> None:
         """Store ``job`` as a job write would: cold when its next run is beyond the horizon."""
@@ -115,10 +120,11 @@ class FakePlannerStore:
 
     @contextmanager
     def tx(self) -> Iterator[FakePlannerTx]:
-        work = copy.deepcopy(self.state)
-        yield FakePlannerTx(self, work)
-        self.state = work
-        self.transactions += 1
+        with self._serial:
+            work = copy.deepcopy(self.state)
+            yield FakePlannerTx(self, work)
+            self.state = work
+            self.transactions += 1
 
     # the fence, outside a planning transaction (the contract test's setup)
     def fence_row(self, shard: int) -> FenceRow | None:

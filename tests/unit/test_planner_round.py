@@ -3,10 +3,14 @@ plans, publishes and refuses, in SKIP LOCKED mode and in etcd mode with the shar
 
 from __future__ import annotations
 
+import itertools
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -78,6 +82,76 @@ def test_skip_locked_round_plans_publishes_and_advances_every_due_job() -> None:
     assert store.job("job-0").next_run_at == NOW + timedelta(seconds=40)
     # Nothing is due again until the clock moves: a second round creates nothing.
     assert planner.run_once(101.0).runs_created == 0
+
+
+class _WatchedStore(FakePlannerStore):
+    """Counts the transactions begun on the main thread (the planning loop's)."""
+
+    def __init__(self, now: datetime) -> None:
+        super().__init__(now)
+        self.main_txs = 0
+
+    @contextmanager
+    def tx(self) -> Iterator[FakePlannerTx]:
+        if threading.current_thread() is threading.main_thread():
+            self.main_txs += 1
+        with super().tx() as tx:
+            yield tx
+
+
+class _SlowBroker(FakeProducer):
+    """Its flush off the main thread (a batch's wait for the broker's answers) returns once the
+    planning loop has begun a transaction after the batch's last record, or after a second;
+    the log says which came first."""
+
+    def __init__(self, store: _WatchedStore, log: list[str]) -> None:
+        super().__init__()
+        self.store, self.log = store, log
+        self.after = 0
+
+    def produce(self, topic: str, *args: Any, **kwargs: Any) -> None:
+        self.log.append("produce")
+        self.after = self.store.main_txs
+        super().produce(topic, *args, **kwargs)
+
+    def flush(self, timeout: float) -> int:
+        if threading.current_thread() is threading.main_thread():
+            self.log.append("flush on the loop")  # the outbox's, in its own transaction
+        else:
+            deadline = time.monotonic() + 1.0
+            while self.store.main_txs == self.after and time.monotonic() < deadline:
+                time.sleep(0.001)
+            overlapped = self.store.main_txs > self.after
+            self.log.append("answered meanwhile" if overlapped else "answered alone")
+        return super().flush(timeout)
+
+
+def test_a_batch_waits_for_the_broker_while_the_next_one_plans() -> None:
+    """The wait for one batch's acknowledgements overlaps the next batch's database work; the
+    next batch produces only once the one before is settled (its flush must not wait for the
+    new records), and the round returns with every publication settled."""
+    log: list[str] = []
+    store = _WatchedStore(NOW)
+    for i in range(120):  # three batches of at most 50 jobs
+        store.add_job(_job(f"job-{i:03}"))
+    producer = _SlowBroker(store, log)
+    planner = Planner(store, producer, TopicCatalog("t."), CONFIG, monotonic=lambda: 0.0)
+    planner.ensure_partitions(NOW.date())
+    stats = planner.run_once(100.0)
+    assert (stats.runs_created, stats.runs_published) == (480, 480)
+    assert all(r.published for job in range(120) for r in store.runs_of(f"job-{job:03}"))
+    assert store.state.publications == {}
+    grouped = [(line, len(list(lines))) for line, lines in itertools.groupby(log)]
+    assert grouped == [
+        ("produce", 200),
+        ("answered meanwhile", 1),  # the wait overlapped the next batch's transaction ...
+        ("produce", 200),  # ... which produced only after it
+        ("answered meanwhile", 1),
+        ("produce", 80),
+        ("answered alone", 1),  # the last batch: settled before the outbox's read
+        ("flush on the loop", 1),
+    ]
+    planner.close()
 
 
 def test_a_round_settles_its_publication_and_unmarks_what_the_broker_refused() -> None:

@@ -164,6 +164,14 @@ class ClusterPlanners:
             self._retry_at.pop(index, None)
         return ClusterRound(stats, tuple(failed))
 
+    def close(self) -> None:
+        """Settle what each planner still has in flight and stop their settling threads."""
+        for _index, planner in self.planners:
+            try:
+                planner.close()
+            except DuetimeError as exc:  # the cluster is away: its publication is recovered
+                event(log, "planner.close_failed", logging.WARNING, error=exc)
+
     def next_retry_in(self) -> float | None:
         """Seconds until the earliest cluster pausing after a failure may try again."""
         if not self._retry_at:

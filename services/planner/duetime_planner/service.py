@@ -228,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if owner_thread is not None:
             owner_thread.stop()
         consumer.close()
+        planners.close()
         producer.flush(5)
         clusters.close()
         if endpoint is not None:
