@@ -14,7 +14,7 @@ import pytest
 from duetime.bus.codec import SCHEMA_HEADER as SCHEMA
 from duetime.bus.records import RUN_EVENTS, RUN_RESULTS
 from duetime.bus.run_headers import routing_headers
-from duetime.bus.run_template import RunTemplate
+from duetime.bus.run_template import RunTemplate, read_head
 from duetime.errors import StoreError
 from duetime.flow import TargetLimit
 from duetime.model import HttpTarget, KafkaTarget, RunEvent, Target
@@ -278,7 +278,15 @@ def test_a_known_jobs_bad_records_fail_where_the_codec_fails() -> None:
     planner.plan(good)  # the job's tail is known from here on
     other = replace(run, run_id=uuid.uuid4())
     data = _record(other).value
+    # An instant beyond what a datetime holds (the codec refuses it), though the fast path
+    # does not use it: the due instant's varint replaced by that of about -2**62 µs.
+    attempt_at = read_head(data)[-1] - 1
+    far = b"\xff" * 8 + b"\x7f"
+    due_beyond = data[: attempt_at - 8] + far + data[attempt_at:]
+    scheduled_beyond = data[: attempt_at - 16] + far + data[attempt_at - 8 :]
     for record, why in [
+        (_record(other, value=due_beyond), "not valid Avro"),
+        (_record(other, value=scheduled_beyond), "not valid Avro"),
         (_record(other, value=data[:-3]), "not valid Avro"),
         (_record(other, value=data + b"\x00"), "trailing bytes"),
         (_record(other, value=data[:10]), "not valid Avro"),

@@ -44,6 +44,9 @@ from .routing import Routed
 __all__ = ["Emission", "EmissionPlanner"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# The instants an aware datetime holds, in epoch µs: beyond them the codec refuses the value.
+_FIRST_US = (datetime.min.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
+_LAST_US = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
 
 
 @dataclass(slots=True)
@@ -116,7 +119,7 @@ class EmissionPlanner:
         data = routed.value
         try:
             RUN_EVENTS.check_headers(routed.headers)
-            run_text, job_id, tenant, scheduled_us, _due_us, attempt, tail_at = read_head(data)
+            run_text, job_id, tenant, scheduled_us, due_us, attempt, tail_at = read_head(data)
         except CodecError as exc:
             return routed, str(exc)
         except (IndexError, ValueError):
@@ -128,6 +131,8 @@ class EmissionPlanner:
             return routed, job
         if run_text != routed.ready_key or attempt != routed.attempt:
             return routed, "the routing headers and the value name different runs"
+        if not _FIRST_US <= due_us <= _LAST_US:  # unused here, but the codec would refuse it
+            return self._decoded(routed)
         instant = self._instants.get(scheduled_us)
         if instant is None:
             try:
