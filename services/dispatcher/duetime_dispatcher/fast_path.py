@@ -139,19 +139,7 @@ class EmissionPlanner:
                 instant = self._instant(scheduled_us)
             except OverflowError:  # beyond datetime's range: the codec says so
                 return self._decoded(routed)
-        routed.emission = Emission(
-            job.topic,
-            job.key,
-            job.value,
-            kafka_header_values(run_text, attempt, emitted_token(attempt), instant[1]),
-            run_text,
-            attempt,
-            job_id,
-            tenant,
-            job.target_service,
-            instant[0],
-        )
-        return routed, None
+        return _with_emission(routed, job, run_text, attempt, job_id, tenant, *instant)
 
     def _decoded(self, routed: Routed, tail_at: int | None = None) -> tuple[Routed, str | None]:
         """The codec's whole decode of a record the per-run path cannot read; learns its job's
@@ -188,19 +176,9 @@ class EmissionPlanner:
         if (run_text, run.attempt) != (routed.ready_key, routed.attempt):
             return routed, "the routing headers and the value name different runs"
         scheduled = format_instant(run.scheduled_for).encode("ascii")
-        routed.emission = Emission(
-            job.topic,
-            job.key,
-            job.value,
-            kafka_header_values(run_text, run.attempt, emitted_token(run.attempt), scheduled),
-            run_text,
-            run.attempt,
-            run.job_id,
-            run.tenant,
-            job.target_service,
-            run.scheduled_for,
+        return _with_emission(
+            routed, job, run_text, run.attempt, run.job_id, run.tenant, run.scheduled_for, scheduled
         )
-        return routed, None
 
     def _instant(self, micros: int) -> tuple[datetime, bytes]:
         if len(self._instants) >= 4096:
@@ -208,3 +186,29 @@ class EmissionPlanner:
         at = _EPOCH + timedelta(microseconds=micros)
         made = self._instants[micros] = (at, format_instant(at).encode("ascii"))
         return made
+
+
+def _with_emission(
+    routed: Routed,
+    job: _Job,
+    run_text: bytes,
+    attempt: int,
+    job_id: str,
+    tenant: str,
+    scheduled_for: datetime,
+    scheduled_text: bytes,
+) -> tuple[Routed, None]:
+    """``routed`` with the emission of its run of ``job`` set (in place, see ``plan``)."""
+    routed.emission = Emission(
+        job.topic,
+        job.key,
+        job.value,
+        kafka_header_values(run_text, attempt, emitted_token(attempt), scheduled_text),
+        run_text,
+        attempt,
+        job_id,
+        tenant,
+        job.target_service,
+        scheduled_for,
+    )
+    return routed, None

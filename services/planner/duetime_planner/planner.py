@@ -212,7 +212,7 @@ class Planner:
         self._rate_cache: dict[str, float] = {}
         self._no_rate: set[str] = set()
         self.cold = ColdLoader(store, self.config, member)
-        # The publication of the last batch, settling on its own thread (_settle_later).
+        # The last batch's publication, settling on its own thread (_settle_later).
         self._settler: ThreadPoolExecutor | None = None
         self._settling: Future[PlanStats] | None = None
 
@@ -648,9 +648,6 @@ class Planner:
         # The batch before this one is settled before this one produces: its wait (a flush)
         # must not wait for these records too.
         before = self.settled()
-        tracker = DeliveryTracker(self.producer)  # type: ignore[arg-type]
-        headers = RoutingHeaders(now, RUN_EVENTS.headers())
-        missed_before = now - self.config.on_time_grace
         # What the round inserted marked (new, due within the horizon), each job's runs picked
         # once: produced below, and all unmarked again if producing fails part-way.
         publish = [
@@ -658,6 +655,11 @@ class Planner:
             for job, runs in planned
             if (picked := [r for r in runs if r.run_id in inserted and r.due_at <= horizon])
         ]
+        if not publish and publication is None:  # an idle round: nothing to produce or settle
+            return before
+        tracker = DeliveryTracker(self.producer)  # type: ignore[arg-type]
+        headers = RoutingHeaders(now, RUN_EVENTS.headers())
+        missed_before = now - self.config.on_time_grace
         marked = [(run.run_id, run.scheduled_for) for _job, runs in publish for run in runs]
         try:
             for job, runs in publish:
