@@ -22,7 +22,7 @@ from duetime.store.flow import GrantRequest
 from duetime_dispatcher.fast_path import Emission, EmissionPlanner
 from duetime_dispatcher.holding import Release, Source
 from duetime_dispatcher.ledger import Claim
-from duetime_dispatcher.recorder import EmittedRecorder
+from duetime_dispatcher.recorder import RESULTS_MOST_WAIT, EmittedRecorder
 from duetime_dispatcher.routing import Routed, route_record
 
 T0 = datetime(2026, 12, 2, 0, 0, tzinfo=UTC)
@@ -196,6 +196,32 @@ def test_the_recorder_writes_in_chunks_publishes_results_and_releases_for_acking
     results = [RUN_RESULTS.decode(value) for _, value, _ in producer.sent]
     assert [r.run_id for r in results] == [runs[0].run_id, runs[2].run_id]
     assert {(r.state, r.worker) for r in results} == {("succeeded", "dispatcher:host-1")}
+
+
+def test_results_wait_for_a_pause_in_releases_but_not_for_ever() -> None:
+    """A spike's result records wait until its releases pause; releases that never pause (a run
+    due every few ms) hold them at most a second, not for ever."""
+    store, producer = FakeStore(), FakeProducer()
+    recorder = new_recorder(store, producer)
+    ms = timedelta(milliseconds=1)
+    assert not recorder.results_may_go(T0, T0 - S)  # nothing waiting
+    release, emission = release_of(run_event(KafkaTarget(topic="orders", key=None, value="x")), 0)
+    recorder.add(release, emission, T0)
+    asyncio.run(recorder.flush())
+    assert recorder.results_due == 1
+    assert recorder.results_may_go(T0, T0 - 300 * ms)  # releases paused
+    # Releases 10 ms apart, going on: the results wait, up to a second from when first seen.
+    rounds = [T0 + n * 25 * ms for n in range(100)]  # record rounds, 25 ms apart
+    first = next((now for now in rounds if recorder.results_may_go(now, now - 10 * ms)), None)
+    assert first == T0 + RESULTS_MOST_WAIT
+    now = first
+    assert asyncio.run(recorder.publish_results(10)) == 1
+    assert not recorder.results_may_go(now, now)
+    # The next ones wait their own second, not the last ones'.
+    recorder.add(*release_of(run_event(KafkaTarget(topic="orders", key=None, value="x")), 1), now)
+    asyncio.run(recorder.flush())
+    assert not recorder.results_may_go(now + 25 * ms, now + 15 * ms)
+    assert recorder.results_may_go(now + 25 * ms + RESULTS_MOST_WAIT, now + RESULTS_MOST_WAIT)
 
 
 def test_a_failed_write_keeps_the_runs_unacked_for_the_next_flush() -> None:

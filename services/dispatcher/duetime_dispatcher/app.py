@@ -96,9 +96,8 @@ def _utc_now() -> datetime:
 
 _MS = timedelta(milliseconds=1)
 _NO_LEAD = timedelta(0)
-# The fast path's result records go out once releases have paused this long, this many per
-# record round (recorder.EmittedRecorder.publish_results says why).
-_RESULTS_QUIET = timedelta(milliseconds=300)
+# The fast path's result records go out this many per record round, when the recorder says
+# they may (recorder.EmittedRecorder.results_may_go).
 _RESULTS_PER_ROUND = 5000
 
 
@@ -648,7 +647,7 @@ class Dispatcher:
                 next_limits = self._clock() + self.config.limits_interval
             if not await self.record_emitted():
                 await asyncio.sleep(retry)
-            if self._clock() - self._last_release >= _RESULTS_QUIET:
+            if self.recorder.results_may_go(self._clock(), self._last_release):
                 await self.recorder.publish_results(_RESULTS_PER_ROUND)
 
     async def probe_clock(self) -> None:

@@ -46,6 +46,11 @@ __all__ = ["DispatcherStore", "EmittedRecorder", "RunClusters"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+# The fast path's result records go out once releases have paused this long, or once the oldest
+# waiting has waited the second (EmittedRecorder.results_may_go).
+RESULTS_QUIET = timedelta(milliseconds=300)
+RESULTS_MOST_WAIT = timedelta(seconds=1)
 Item = TypeVar("Item")
 
 log = logging.getLogger("duetime.dispatcher")
@@ -136,6 +141,7 @@ class EmittedRecorder(Generic[T]):
         # Recorded runs whose result record is not out yet: published by publish_results(),
         # which the dispatcher calls once its releases pause (see there).
         self._results_due: list[_Done[T]] = []
+        self._results_waiting_since: datetime | None = None
         self._db = ThreadPoolExecutor(1, thread_name_prefix="dispatcher-db")
         # Every result it announces: this worker, outcome and state succeeded (RunResult's
         # bytes, written directly: duetime/bus/result_encoding.py).
@@ -152,6 +158,20 @@ class EmittedRecorder(Generic[T]):
     @property
     def pending(self) -> int:
         return len(self._pending)
+
+    def results_may_go(self, now: datetime, last_release: datetime) -> bool:
+        """Whether the result records waiting go out now (:meth:`publish_results`): once the
+        releases, the last at ``last_release``, paused for ``RESULTS_QUIET``, or once the oldest
+        of them waited ``RESULTS_MOST_WAIT``, so that releases that never pause that long (a
+        run due every few ms) do not hold them, and their memory, for ever. "Oldest" counts
+        from the first round that found some waiting after none were."""
+        if not self._results_due:
+            self._results_waiting_since = None
+            return False
+        since = self._results_waiting_since
+        if since is None:
+            since = self._results_waiting_since = now
+        return now - last_release >= RESULTS_QUIET or now - since >= RESULTS_MOST_WAIT
 
     async def flush(self) -> list[Release[T]]:
         """Write what is buffered; returns the releases whose source records may now be acked
