@@ -21,7 +21,7 @@ from duetime.errors import DataRefused, StoreError
 from duetime.flow import TargetLimit
 
 from . import flow
-from .arrays import instants, numbers, uuids
+from .arrays import flags, instants, numbers, uuids
 from .attempts import (
     AttemptEnd,
     Claim,
@@ -347,21 +347,19 @@ class Tx:
     ) -> InsertedRuns:
         if not runs:
             return InsertedRuns(set(), None)
-        rows = [
-            {
-                "run_id": str(r.run_id),
-                "job_id": r.job_id,
-                "tenant": r.tenant,
-                "target_service": r.target_service,
-                "scheduled_for": r.scheduled_for.isoformat(),
-                "due_at": r.due_at.isoformat(),
-                "max_attempts": r.max_attempts,
-                "shard_id": r.shard_id,
-                "published": r.published and planner is not None,
-            }
-            for r in runs
-        ]
-        params = {"rows": batch_json(rows), "tokens": _tokens_json(tokens), "planner": planner}
+        params = {
+            "run_ids": uuids([r.run_id for r in runs]),
+            "scheduled_fors": instants([r.scheduled_for for r in runs]),
+            "due_ats": instants([r.due_at for r in runs]),
+            "max_attempts": numbers([r.max_attempts for r in runs]),
+            "shard_ids": numbers([r.shard_id for r in runs]),
+            "published": flags([r.published and planner is not None for r in runs]),
+            "job_ids": batch_json([r.job_id for r in runs]),
+            "tenants": batch_json([r.tenant for r in runs]),
+            "target_services": batch_json([r.target_service for r in runs]),
+            "tokens": _tokens_json(tokens),
+            "planner": planner,
+        }
         found = self._rows("runs_insert_many", params)
         publication = found[0].publication_id if found else None
         return InsertedRuns({r.run_id for r in found}, publication)

@@ -222,3 +222,52 @@ def test_a_publication_nobody_settled_is_recovered_once_it_is_old_enough(
         # The planner that wrote it, late: its settle finds the row gone and unmarks nothing
         # more than the outbox already holds.
         assert tx.publication_settle(created.publication_id, []) == 0
+
+
+def test_a_run_batch_keeps_each_run_s_columns_together(database_url: str) -> None:
+    """The insert takes the batch column by column (sql/planner.sql): every row gets its own
+    values, whatever characters its text holds, and the batch's order is kept."""
+    store = Store(database_url, pool_size=1)
+    odd = ['q"uote', "com,ma", "{brace}", "back\\slash", "ünï 😀", "NULL", "sp ace", "t\tab"]
+    runs = [
+        NewRun(
+            run_id_for(f"cols-{name}", T0 + timedelta(seconds=n)),
+            f"cols-{name}",
+            f"tenant-{name}",
+            f"svc-{name}",
+            T0 + timedelta(seconds=n),
+            T0 + timedelta(seconds=n, milliseconds=n),
+            n + 1,
+            n,
+            published=n % 2 == 0,
+        )
+        for n, name in enumerate(odd)
+    ]
+    try:
+        with store.tx() as tx:
+            tx.runs_ensure_partition(T0.date())
+            created = tx.runs_insert_publishing(runs, None, "planner-1")
+        assert created.inserted == {r.run_id for r in runs}
+        with store.engine.begin() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT run_id, job_id, tenant, target_service, scheduled_for, due_at,"
+                    " max_attempts, published_at IS NOT NULL AS published FROM runs"
+                    " WHERE job_id LIKE 'cols-%'"
+                )
+            ).all()
+        got = {r.run_id: tuple(r)[1:] for r in rows}
+        assert got == {
+            r.run_id: (
+                r.job_id,
+                r.tenant,
+                r.target_service,
+                r.scheduled_for,
+                r.due_at,
+                r.max_attempts,
+                r.published,
+            )
+            for r in runs
+        }
+    finally:
+        store.close()

@@ -146,6 +146,10 @@ GROUP BY 1
 ORDER BY 1;
 
 -- name: runs_insert_many
+-- Unlike the other statements here, the batch travels column by column: array literals for the
+-- uuids, instants, numbers and flags (duetime/store/arrays.py: one join each, no per-row
+-- object), JSON arrays for the text columns (any text, quoted by the C encoder); at 10,000 runs
+-- a batch that halved the planner's time building it (~45 to ~24 ms).
 -- Returns the runs it created: the planner publishes those at once (an existing run is the
 -- outbox's business). With :tokens (etcd mode) a run is inserted only if its job's shard still
 -- has the given fencing token (as jobs_advance_many); a refused run is simply not returned.
@@ -158,9 +162,17 @@ WITH created AS (
     SELECT u.run_id, u.job_id, u.tenant, u.target_service, u.scheduled_for, u.due_at,
            u.max_attempts, CASE WHEN u.published THEN now() END,
            CASE WHEN u.published THEN 1 ELSE 0 END
-    FROM json_to_recordset(CAST(:rows AS json)) AS u(
-        run_id uuid, job_id text, tenant text, target_service text, scheduled_for timestamptz,
-        due_at timestamptz, max_attempts integer, shard_id smallint, published boolean)
+    FROM unnest(CAST(:run_ids AS uuid[]), CAST(:scheduled_fors AS timestamptz[]),
+                CAST(:due_ats AS timestamptz[]), CAST(:max_attempts AS integer[]),
+                CAST(:shard_ids AS smallint[]), CAST(:published AS boolean[]),
+                ARRAY(SELECT e.v FROM json_array_elements_text(CAST(:job_ids AS json))
+                                      WITH ORDINALITY AS e(v, n) ORDER BY e.n),
+                ARRAY(SELECT e.v FROM json_array_elements_text(CAST(:tenants AS json))
+                                      WITH ORDINALITY AS e(v, n) ORDER BY e.n),
+                ARRAY(SELECT e.v FROM json_array_elements_text(CAST(:target_services AS json))
+                                      WITH ORDINALITY AS e(v, n) ORDER BY e.n))
+         AS u(run_id, scheduled_for, due_at, max_attempts, shard_id, published, job_id, tenant,
+              target_service)
     WHERE CAST(:tokens AS text) IS NULL
        OR u.shard_id IN (SELECT o.shard_id FROM shard_owners o
                          JOIN json_to_recordset(CAST(:tokens AS json))
