@@ -143,13 +143,15 @@ class RoutingHeaders:
     """``routing_headers`` for many records sent at one instant, the shared parts encoded once
     (the planner's publishing hot path); the same headers in the same order."""
 
-    __slots__ = ("_leading", "_sent")
+    __slots__ = ("_due", "_leading", "_sent")
 
     def __init__(
         self, sent_at: datetime, leading: Sequence[tuple[str, str | bytes | None]] = ()
     ) -> None:
         self._leading = tuple(leading)
         self._sent: tuple[str, bytes] = (SENT_AT_MS, str(epoch_ms(sent_at)).encode("ascii"))
+        # The due header of each due instant met: a batch's runs share a few.
+        self._due: dict[datetime, tuple[str, bytes]] = {}
 
     def for_run(
         self,
@@ -168,7 +170,7 @@ class RoutingHeaders:
             *self._leading,
             (RUN_ID, run_id.encode("ascii")),
             (ATTEMPT, str(attempt).encode("ascii")),
-            (DUE_AT_MS, str(epoch_ms_ceil(due_at)).encode("ascii")),
+            self._due_header(due_at),
             (TARGET_KIND, target_kind.encode("ascii")),
             self._sent,
             target,
@@ -177,6 +179,16 @@ class RoutingHeaders:
         if catch_up:
             headers.append(_CATCH_UP_HEADER)
         return headers
+
+    def _due_header(self, due_at: datetime) -> tuple[str, bytes]:
+        """Remembered for UTC instants only: in one zone, the two 01:30 of a DST overlap
+        (``fold`` 0 and 1) are equal datetimes and hash alike, yet are an hour apart."""
+        if due_at.tzinfo is not UTC:
+            return (DUE_AT_MS, str(epoch_ms_ceil(due_at)).encode("ascii"))
+        header = self._due.get(due_at)
+        if header is None:
+            header = self._due[due_at] = (DUE_AT_MS, str(epoch_ms_ceil(due_at)).encode("ascii"))
+        return header
 
     @staticmethod
     def job_headers(

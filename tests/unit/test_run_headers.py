@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from duetime.bus.run_headers import (
     RoutingHeaders,
@@ -44,6 +45,22 @@ def test_batch_builder_writes_the_same_headers_after_the_leading_ones() -> None:
     assert built == leading + routing_headers(
         RUN_ID, 3, due, "http", sent, target_service="api.example.com", tenant="acme"
     )
+
+
+def test_one_builder_gives_each_run_its_own_due_instant() -> None:
+    """The builder remembers due headers by instant; runs of one batch due at the same instant
+    share one, runs due apart never do, not even the two 01:30 of a DST overlap (equal
+    datetimes in Python, an hour apart)."""
+    sent = datetime(2026, 11, 1, 5, 0, tzinfo=UTC)
+    target, tenant = RoutingHeaders.job_headers("svc", "acme")
+    builder = RoutingHeaders(sent)
+    first = datetime(2026, 11, 1, 1, 30, tzinfo=ZoneInfo("America/New_York"))
+    dues = [sent, sent + timedelta(seconds=1), sent, first, first.replace(fold=1), first]
+    for due in dues:
+        built = builder.for_run(str(RUN_ID), 1, due, "kafka", target=target, tenant=tenant)
+        routing = read_routing(_as_read(built))
+        assert routing is not None and routing.due_at_ms == epoch_ms_ceil(due)
+    assert epoch_ms_ceil(first.replace(fold=1)) - epoch_ms_ceil(first) == 3_600_000
 
 
 def test_a_due_instant_between_milliseconds_is_rounded_up_never_down() -> None:

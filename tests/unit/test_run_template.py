@@ -164,3 +164,45 @@ def test_a_head_that_does_not_parse_raises() -> None:
     for data in (good[:10], b"", b"\xff" * 12, good[:37] + b"\x06\xff\xfe\xfd" + good[41:]):
         with pytest.raises((ValueError, IndexError)):
             read_head(data)
+
+
+def _kafka_template() -> RunTemplate:
+    return RunTemplate(
+        job_id="job-1",
+        tenant="acme",
+        max_attempts=3,
+        target_service="svc",
+        target=KafkaTarget(topic="orders", key=None, value="x"),
+        lease=timedelta(seconds=60),
+        heartbeat_interval=timedelta(seconds=20),
+        retry=RetryPolicy(max_attempts=3),
+    )
+
+
+def test_instants_encode_the_same_when_remembered_in_any_zone_and_past_the_bound() -> None:
+    """Encoded instants are remembered by instant: one instant in another zone, and instants
+    encoded again after the memory was emptied, give the codec's bytes; a naive one is refused."""
+    template = _kafka_template()
+    start = datetime(2026, 11, 1, 5, 30, tzinfo=UTC)
+    new_york = ZoneInfo("America/New_York")
+    # More distinct instants than are remembered, each once in UTC and once in New York's zone.
+    for i in range(5000):
+        at = start + timedelta(seconds=i, microseconds=i)
+        for instant in (at, at.astimezone(new_york)):
+            decoded = RUN_EVENTS.decode(template.encode(str(uuid.uuid4()), instant, at, 1))
+            assert (decoded.scheduled_for, decoded.due_at) == (at, at)
+    with pytest.raises(ValueError):
+        template.encode(str(uuid.uuid4()), start.replace(tzinfo=None), start, 1)
+
+
+def test_the_two_instants_of_a_dst_overlap_encode_apart() -> None:
+    """01:30 on New York's fall-back night happens twice; the two datetimes are equal in
+    Python (same zone, different ``fold``) and must still encode as the hour apart they are."""
+    template = _kafka_template()
+    first = datetime(2026, 11, 1, 1, 30, tzinfo=ZoneInfo("America/New_York"))
+    second = first.replace(fold=1)
+    assert first == second
+    for instant in (first, second, first, second):
+        decoded = RUN_EVENTS.decode(template.encode(str(uuid.uuid4()), instant, instant, 1))
+        assert decoded.scheduled_for == instant.astimezone(UTC)
+    assert second.astimezone(UTC) - first.astimezone(UTC) == timedelta(hours=1)
