@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 from duetime.model import RUN_ID_NAMESPACE, run_id_for
 from duetime.planning import initial_next_run_at, plan_job
-from duetime.schedule import ScheduleCache, ScheduleSpec, compile_schedule
+from duetime.schedule import ScheduleCache, ScheduleSpec, compile_schedule, due_at
 
 NOW = datetime(2026, 12, 3, 10, 0, 0, tzinfo=UTC)
 EVERY_10S = ScheduleSpec(kind="interval", expression="PT10S")
@@ -58,6 +58,21 @@ def test_window_jitter_is_deterministic_and_before_the_next_occurrence() -> None
     assert a == b
     for run in a.runs:
         assert run.scheduled_for <= run.due_at < run.scheduled_for + timedelta(seconds=8)
+
+
+def test_each_run_is_due_as_the_window_rule_says_with_or_without_a_window() -> None:
+    """Runs are due as ``due_at`` says for each window, a sub-millisecond one (no offset)
+    included."""
+    windows = (timedelta(0), timedelta(microseconds=999), timedelta(seconds=8), timedelta(hours=1))
+    for window in windows:
+        runs = _plan(NOW, window=window).runs
+        following = [r.scheduled_for for r in runs[1:]] + [NOW + timedelta(seconds=40)]
+        assert [r.due_at for r in runs] == [
+            due_at("j", r.scheduled_for, window, nxt)
+            for r, nxt in zip(runs, following, strict=True)
+        ]
+        if window < timedelta(milliseconds=1):
+            assert all(r.due_at == r.scheduled_for for r in runs)
 
 
 def test_first_run_of_a_new_job() -> None:
