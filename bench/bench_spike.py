@@ -3,7 +3,10 @@
 One scenario (what a reviewer runs)::
 
     python -m bench spike --target kafka|http --n N [--future-jobs M] [--scenario spike|steady]
-                          [--duration S] [--json PATH]
+                          [--duration S] [--spread] [--json PATH]
+
+(``--spread``: a steady load's runs spread over each second instead of all due on the whole
+second, so that the dispatcher's releases never pause.)
 
 writes a one-element JSON list to PATH (default bench/results/spike-one.json). The whole set
 (``make bench-spike``, or ``python -m bench bench_spike``) writes bench/results/spike.json (one
@@ -142,6 +145,11 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds after T (spike, default 90) or the window (steady, default 60)",
     )
     parser.add_argument("--fetch-wait-ms", type=int, default=10, help="Kafka target consumer")
+    parser.add_argument(
+        "--spread",
+        action="store_true",
+        help="steady: runs due spread over each second (default: all on the whole second)",
+    )
     parser.add_argument("--keep-dir", type=Path, default=None, help="keep logs and data here")
     parser.add_argument(
         "--json",
@@ -194,6 +202,7 @@ def spike_command(argv: list[str]) -> int:
         fetch_wait_ms=args.fetch_wait_ms,
         keep_dir=args.keep_dir,
         limit=args.limit,
+        spread=args.spread,
     )
     result = run_one(config)
     path = args.json or RESULTS / "spike-one.json"

@@ -318,7 +318,7 @@ def write_report(results: Sequence[Result], path: Path) -> None:
         "",
         "Written by `make bench-spike` (bench/bench_spike.py); the figures are in"
         " bench/results/spike.json. One scenario: `python -m bench spike --target kafka|http"
-        " --n N [--future-jobs M] [--scenario spike|steady|throttled]`.",
+        " --n N [--future-jobs M] [--scenario spike|steady|throttled] [--spread]`.",
         "",
         f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         f"- machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()};"

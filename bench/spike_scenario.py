@@ -74,6 +74,9 @@ class ScenarioConfig:
     keep_dir: Path | None = None  # keep logs and data here instead of a temporary directory
     limit: float = 1000.0  # throttled: the target's rate limit (runs/s)
     small: int = 10  # throttled: the small tenant's jobs
+    # steady: the jobs' runs spread evenly over each second (each job's interval anchored at
+    # its own millisecond) instead of all due on the whole second: releases never pause.
+    spread: bool = False
 
 
 def _sleep_until(instant: float) -> None:
@@ -200,12 +203,15 @@ def run_scenario(config: ScenarioConfig) -> dict[str, Any]:
 
 
 def _base(config: ScenarioConfig) -> dict[str, Any]:
-    return {
+    base = {
         "scenario": config.scenario,
         "target": config.target,
         "n": config.n,
         "future_jobs": config.future_jobs,
     }
+    if config.spread:
+        base["due"] = "spread over each second"
+    return base
 
 
 def _spike(
@@ -315,6 +321,13 @@ def _steady(
 ) -> dict[str, Any]:
     prefix = "steady-"
     documents = _jobs(config, prefix, {"interval": "PT1S"}, recorder.port)
+    if config.spread:
+        for i, document in enumerate(documents):
+            offset_ms = i * 1000 // config.n
+            document["schedule"] = {
+                "interval": "PT1S",
+                "start_at": f"2026-01-01T00:00:00.{offset_ms:03d}Z",
+            }
     apply_s = _apply(store, documents, keep=True)
     window_start = math.ceil(time.time() + config.warmup)
     window_end = window_start + config.duration
