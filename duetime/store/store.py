@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
@@ -176,7 +176,7 @@ class Tx:
     # runs -----------------------------------------------------------------------------------
     def runs_insert(self, runs: Sequence[NewRun]) -> None:
         if runs:
-            self._exec("runs_insert", [r.__dict__ for r in runs])
+            self._exec("runs_insert", [asdict(r) for r in runs])
 
     def runs_ensure_partition(self, day: date) -> None:
         self._rows("runs_ensure_partition", {"day": day})
