@@ -46,12 +46,12 @@ __all__ = ["DispatcherStore", "EmittedRecorder", "RunClusters"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+Item = TypeVar("Item")
 
 # The fast path's result records go out once releases have paused this long, or once the oldest
 # waiting has waited the second (EmittedRecorder.results_may_go).
 RESULTS_QUIET = timedelta(milliseconds=300)
 RESULTS_MOST_WAIT = timedelta(seconds=1)
-Item = TypeVar("Item")
 
 log = logging.getLogger("duetime.dispatcher")
 
@@ -139,7 +139,7 @@ class EmittedRecorder(Generic[T]):
         self._chunk = chunk
         self._pending: list[_Done[T]] = []
         # Recorded runs whose result record is not out yet: published by publish_results(),
-        # which the dispatcher calls once its releases pause (see there).
+        # which the dispatcher calls when results_may_go() says (see there).
         self._results_due: list[_Done[T]] = []
         self._results_waiting_since: datetime | None = None
         self._db = ThreadPoolExecutor(1, thread_name_prefix="dispatcher-db")
