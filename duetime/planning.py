@@ -28,6 +28,7 @@ from duetime.schedule import (
     due_at,
     plan_due,
 )
+from duetime.schedule._windows import WINDOW_RESOLUTION
 
 __all__ = [
     "DueJobLike",
@@ -40,10 +41,6 @@ __all__ = [
     "plan_jobs",
     "plan_jobs_capped",
 ]
-
-# A window shorter than this gives no offset (schedule.window_offset): runs are due when
-# scheduled.
-_NO_JITTER = timedelta(milliseconds=1)
 
 
 @dataclass(slots=True)
@@ -105,7 +102,7 @@ def plan_job(
 def _job_plan(job_id: str, window: timedelta, plan: CatchUpPlan) -> JobPlan:
     """The runs of one job from its occurrences: run ids and window jitter are per job."""
     occurrences = plan.occurrences
-    if window < _NO_JITTER:  # due_at would give the occurrence itself, for every run
+    if window < WINDOW_RESOLUTION:  # no offset: due_at would give each occurrence itself
         runs = [PlannedRun(run_id_for(job_id, at), at, at) for at in occurrences]
     else:
         runs = []

@@ -110,12 +110,13 @@ def _micros(instant: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+# The most instants each memory below holds (encoded ones, read ones): emptied when full.
+_INSTANTS_MAX = 4096
 # Encoded UTC instants: a batch's runs share a few (every job due each whole second), and a
-# look-up costs a fifteenth of encoding one. Bounded: emptied when full. UTC only: two
-# datetimes of one zone that differ only in ``fold`` (the two 01:30 of a DST overlap) are equal
-# and hash alike, yet are different instants.
+# look-up costs a fifteenth of encoding one. UTC only: two datetimes of one zone that differ
+# only in ``fold`` (the two 01:30 of a DST overlap) are equal and hash alike, yet are different
+# instants.
 _ENCODED: dict[datetime, bytes] = {}
-_ENCODED_MAX = 4096
 
 
 def _instant(instant: datetime) -> bytes:
@@ -125,7 +126,7 @@ def _instant(instant: datetime) -> bytes:
     encoded = _ENCODED.get(instant)
     if encoded is None:
         encoded = _varint(_micros(instant))
-        if len(_ENCODED) >= _ENCODED_MAX:
+        if len(_ENCODED) >= _INSTANTS_MAX:
             _ENCODED.clear()
         _ENCODED[instant] = encoded
     return encoded
@@ -238,7 +239,7 @@ def _read_instant(data: bytes, pos: int) -> tuple[int, int]:
         return known, pos + 8
     value, end = _read_long(data, pos)
     if end - pos == 8:
-        if len(_INSTANTS) >= 4096:
+        if len(_INSTANTS) >= _INSTANTS_MAX:
             _INSTANTS.clear()
         _INSTANTS[data[pos:end]] = value
     return value, end

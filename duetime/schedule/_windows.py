@@ -12,9 +12,10 @@ from datetime import datetime, timedelta
 from duetime.schedule._instants import require_aware
 from duetime.schedule._stable_hash import stable_hash64
 
-__all__ = ["due_at", "window_offset"]
+__all__ = ["WINDOW_RESOLUTION", "due_at", "window_offset"]
 
-_ONE_MILLISECOND = timedelta(milliseconds=1)
+# Offsets are whole milliseconds: a window shorter than this gives none (window_offset).
+WINDOW_RESOLUTION = timedelta(milliseconds=1)
 
 
 def window_offset(job_id: str, window: timedelta) -> timedelta:
@@ -22,7 +23,7 @@ def window_offset(job_id: str, window: timedelta) -> timedelta:
 
     A window shorter than 1 ms (or zero, or negative) gives no offset.
     """
-    milliseconds = window // _ONE_MILLISECOND
+    milliseconds = window // WINDOW_RESOLUTION
     if milliseconds <= 0:
         return timedelta(0)
     return timedelta(milliseconds=stable_hash64(job_id) % milliseconds)
