@@ -1,8 +1,8 @@
-"""The release publisher's bookkeeping: with failure-only delivery reports, a release counts as
-delivered once a flush empties the producer's queue without a failure reported for it; a flush
-that times out leaves the round pending until a later flush drains it. (The producer here is an
-in-memory stand-in for librdkafka's queue; the real one is exercised in the dispatcher's
-integration and end-to-end tests.)"""
+"""The release publisher's bookkeeping: every record has its delivery report, and a settle
+returns each release's own outcome as reported; a settle whose polls time out leaves the
+unanswered releases to a later settle, and rounds sent while a settle waits are answered by the
+next one. (The producer here is an in-memory stand-in for librdkafka's queue; the real one is
+exercised in the dispatcher's integration and end-to-end tests.)"""
 
 from __future__ import annotations
 
@@ -18,13 +18,15 @@ from tests.unit.test_dispatcher_holding import T0, run_due, src
 
 
 class QueueProducer:
-    """librdkafka's queue with ``delivery.report.only.error``: callbacks for failures only."""
+    """librdkafka's queue: a delivery report per record, served by flush and poll."""
 
     def __init__(self, room: int = 1_000_000) -> None:
         self.queue: list[tuple[bytes | None, Callable[[Any, Any], None]]] = []
         self.fail: set[bytes] = set()  # keys the broker refuses
         self.refuse: set[bytes] = set()  # keys the client itself refuses (too large)
         self.stalled = False  # the broker does not answer: flush times out
+        self.slow: set[bytes] = set()  # keys whose answer has not come yet
+        self.on_flush: Callable[[], None] | None = None  # runs once, at the next poll
         self.room = room  # records the queue takes before BufferError
         self.produced: list[bytes | None] = []
 
@@ -37,17 +39,21 @@ class QueueProducer:
         self.produced.append(key)
 
     def flush(self, timeout: float) -> int:
-        if self.stalled:
-            return len(self.queue)
         self.poll(timeout)
-        return 0
+        return len(self.queue)
 
     def poll(self, timeout: float) -> int:
+        if self.on_flush is not None:
+            hook, self.on_flush = self.on_flush, None
+            hook()
+        if self.stalled:
+            return 0
+        waiting = [(key, report) for key, report in self.queue if key in self.slow]
         for key, report in self.queue:
-            if key in self.fail:
-                report("MSG_TIMED_OUT", None)
-        served = len(self.queue)
-        self.queue.clear()
+            if key not in self.slow:
+                report("MSG_TIMED_OUT" if key in self.fail else None, None)
+        served = len(self.queue) - len(waiting)
+        self.queue[:] = waiting
         return served
 
 
@@ -68,9 +74,9 @@ def test_every_release_of_a_drained_flush_is_delivered_but_the_refused_one() -> 
     assert _publish(publisher, releases) == {0: None, 1: None, 2: None, 3: "MSG_TIMED_OUT", 4: None}
 
 
-def test_a_flush_that_times_out_leaves_the_round_pending_until_the_queue_drains() -> None:
+def test_a_settle_that_times_out_leaves_the_round_pending_until_the_broker_answers() -> None:
     producer = QueueProducer()
-    publisher: ReadyPublisher[str] = ReadyPublisher(producer, "runs.ready", 1.0)  # type: ignore[arg-type]
+    publisher: ReadyPublisher[str] = ReadyPublisher(producer, "runs.ready", 0.05)  # type: ignore[arg-type]
     producer.stalled = True
     first = _releases(3)
     assert _publish(publisher, first) == {}  # nothing known yet: nothing acked, nothing failed
@@ -112,3 +118,35 @@ def test_a_record_the_client_refuses_fails_alone() -> None:
     )
     assert outcomes[0] is None and outcomes[2] is None
     assert outcomes[1] is not None and "MSG_SIZE_TOO_LARGE" in outcomes[1]
+
+
+def test_a_release_counts_as_delivered_on_its_own_answer_not_the_round_s() -> None:
+    producer = QueueProducer()
+    publisher: ReadyPublisher[str] = ReadyPublisher(producer, "runs.ready", 0.05)  # type: ignore[arg-type]
+    releases = _releases(4)
+    producer.slow.add(releases[2].routed.ready_key)  # its partition's leader is slow to answer
+    # The others are known at once; the slow one is neither delivered nor failed yet.
+    assert _publish(publisher, releases) == {0: None, 1: None, 3: None}
+    assert publisher.outstanding == 1
+    producer.slow.clear()
+    assert _publish(publisher, []) == {2: None}
+    assert publisher.outstanding == 0
+
+
+def test_a_round_sent_while_a_settle_waits_is_answered_once_and_never_lost() -> None:
+    producer = QueueProducer()
+    publisher: ReadyPublisher[str] = ReadyPublisher(producer, "runs.ready", 0.05)  # type: ignore[arg-type]
+    releases = _releases(6)
+    first, second = releases[:3], releases[3:]
+    producer.fail.add(second[0].routed.ready_key)
+    producer.slow.add(second[1].routed.ready_key)
+    # The loop releases the next round while the settling thread waits for the first's answers.
+    producer.on_flush = lambda: publisher.send(second)
+    answered = _publish(publisher, first)
+    assert {0, 1, 2} <= answered.keys()
+    assert publisher.outstanding == 6 - len(answered)
+    producer.slow.clear()
+    later = _publish(publisher, [])
+    assert answered.keys().isdisjoint(later.keys())
+    assert answered | later == {0: None, 1: None, 2: None, 3: "MSG_TIMED_OUT", 4: None, 5: None}
+    assert publisher.outstanding == 0

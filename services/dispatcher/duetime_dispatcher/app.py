@@ -71,7 +71,7 @@ from .holding import Holding, Outcome, Release, Source
 from .intake import IntakeConsumer
 from .ledger import Partition
 from .metrics import lateness_histogram
-from .publisher import ReadyPublisher
+from .publisher import Outcomes, ReadyPublisher
 from .recorder import DispatcherStore, EmittedRecorder, RunClusters
 from .routing import Headers, Routed, route_record
 from .throttle import Throttle
@@ -99,6 +99,12 @@ _NO_LEAD = timedelta(0)
 # The fast path's result records go out this many per record round, when the recorder says
 # they may (recorder.EmittedRecorder.results_may_go).
 _RESULTS_PER_ROUND = 5000
+# At shutdown, after the publisher's close: how long the settling task may take to account
+# for the answers that close served (its settle returns within a flush slice of the close).
+_SETTLE_AT_CLOSE = 2.0
+# How long the release loop pauses while librdkafka's queue is full (the settling task produces
+# what it refused; rare: the queue holds 100,000 records).
+_FULL_QUEUE_PAUSE = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +188,10 @@ class Dispatcher:
         self.throttle: Throttle[Source] = Throttle()
         self._next_grant = clock()
         self._last_release = clock()
+        # Releases left for the settling task: the queue had no room for them at send.
+        self._unsent: list[Release[Source]] = []
+        self._settling: asyncio.Task[None] | None = None  # the broker's answers (_settle)
+        self._first_round: tuple[datetime, timedelta] | None = None  # for runs.released
         self._reported_waiting = False
         self.app = _ServiceApp(self.group_id, **faust_settings(settings, self.config, self.catalog))
         self.intake = IntakeConsumer(
@@ -513,7 +523,8 @@ class Dispatcher:
             await self.app.crash(exc)
 
     async def release_due(self) -> int:
-        """Publish every run due now; ack what the broker acknowledged. Returns runs released.
+        """Publish every run due now; returns runs released. The broker's answers are awaited
+        by the settling task (:meth:`_settle`), so the next round need not wait for them.
 
         The garbage collector waits while a round runs: a spike allocates per run, and a full
         collection over everything held (millions of objects at 100k held runs) would pause the
@@ -524,20 +535,62 @@ class Dispatcher:
 
     async def _release_due(self) -> int:
         holding, publisher = self.holding, self.publisher
+        if self._unsent:
+            # librdkafka's queue was full: nothing more leaves the wheel until the settling
+            # task has produced what it refused, so in-flight runs stay bounded by that queue.
+            await asyncio.sleep(_FULL_QUEUE_PAUSE)
+            return 0
         taken_at = self.db_now()
         due = holding.take_due(taken_at)
         releases = self.throttle.admit(due)
         # At the due instant, the produce calls first; the bookkeeping after them, before the
         # first await (the intake must find these runs in flight, see Holding.take_due).
-        unsent = publisher.send(releases)
+        self._unsent += publisher.send(releases)
         holding.track(due)
         if self.throttle.waiting and self._clock() >= self._next_grant:
             granted = await self.grant()
-            unsent += publisher.send(granted)
+            self._unsent += publisher.send(granted)
             releases = [*releases, *granted]
-        if not releases and not holding.in_flight:
-            return 0
-        outcomes = await publisher.settle(unsent)
+        if releases:
+            self._last_release = self._clock()
+            if self._first_round is None:
+                # How late the round started (the first release's due instant to taking it
+                # off the wheel), for the next runs.released line.
+                self._first_round = (taken_at, taken_at - releases[0].routed.due_at)
+        if (publisher.outstanding or self._unsent) and (
+            self._settling is None or self._settling.done()
+        ):
+            self._settling = asyncio.create_task(self._settle())
+        return len(releases)
+
+    async def _settle(self) -> None:
+        """Take the broker's answers while rounds go on being released, until every record
+        produced has its answer; ack what they settle. One at a time (see release_due)."""
+        publisher = self.publisher
+        try:
+            while True:
+                unsent, self._unsent = self._unsent, []
+                outcomes = await publisher.settle(unsent)
+                with collector_paused():
+                    self._account(outcomes)
+                # On the loop, with no settle under way: the count is exact, and a round
+                # released from here on starts a new task once this one is done.
+                if self._closing or (not publisher.outstanding and not self._unsent):
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # Without this task, releases would stay in flight for ever behind a live consumer;
+            # better to crash and let the process supervisor restart us (nothing was acked).
+            log.exception("dispatcher.crashed")
+            await self.app.crash(exc)
+
+    def _account(self, outcomes: Outcomes[Source]) -> None:
+        """What the broker said of each release: delivered (acked, or for the fast path handed
+        to the recorder), refused (retried, or rerouted to runs.ready)."""
+        if not outcomes:
+            return
+        holding = self.holding
         acknowledged_at = self.db_now()
         lines: list[tuple[Routed, float]] = []
         for release, error in outcomes:
@@ -577,14 +630,12 @@ class Dispatcher:
                     retry_in_s=self.config.retry_interval.total_seconds(),
                 )
         self._ack(holding.ackable())
-        if releases:
-            self._last_release = self._clock()
+        if len(lines) < len(outcomes) and self._wake is not None:
+            self._wake.set()  # refused ones wait on the wheel again: the loop's sleep is stale
         if lines:
-            # How late the round started (the first release's due instant to taking it off the
-            # wheel) and how long the broker took: the two parts of the lateness.
-            start_lag = taken_at - releases[0].routed.due_at if releases else timedelta(0)
+            taken_at, start_lag = self._first_round or (acknowledged_at, timedelta(0))
+            self._first_round = None
             self._log_released(lines, start_lag, acknowledged_at - taken_at)
-        return len(lines)
 
     def _stage(self, now: datetime, ahead: timedelta) -> None:
         """Take the runs due within ``ahead`` off the wheel now, so that at their instant only
@@ -750,7 +801,13 @@ class Dispatcher:
     async def _on_shutdown(self, sender: Any, *args: Any, **kwargs: Any) -> None:
         # mode calls signal receivers as ``receiver(sender, *args, signal=..., **kwargs)``.
         self._closing = True
-        await self.publisher.close()
+        await self.publisher.close()  # every record answered, or publish_timeout passed
+        settling = self._settling
+        if settling is not None and not settling.done():
+            # Its last settle takes the answers the flush served (the fast path's successes
+            # among them, for the recorder below); after the close it waits no longer.
+            await asyncio.wait({settling}, timeout=_SETTLE_AT_CLOSE)
+            settling.cancel()
         await self.record_emitted()
         self.intake.close()  # commits the acked positions, then leaves the group
         self.recorder.close(self.config.publish_timeout)

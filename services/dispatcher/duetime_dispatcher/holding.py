@@ -92,16 +92,18 @@ class Release(Generic[T]):
     key: RunKey
     throttled_ms: int = 0  # how long a grant kept it waiting after ``taken_at``
     drained: bool = False  # a catch-up run that has passed the @catch-up drain
-    #: Where the broker's refusal of its record goes (the publisher's list, set as it produces).
-    failures: list[tuple[Release[T], Any]] | None = None
+    #: Where the broker's answer for its record goes (the publisher's list, set as it produces).
+    reports: list[tuple[Release[T], Any]] | None = None
 
     def __call__(self, err: Any, _msg: Any) -> None:
-        """librdkafka's delivery report for this release's record (sent for failures only).
+        """librdkafka's delivery report for this release's record: ``err`` is None when the
+        broker acknowledged it.
 
         The release is its own callback: a closure per record would be one more allocation per
         produce call at the due instant (about a fifth of a spike's produce time)."""
-        if err is not None and self.failures is not None:
-            self.failures.append((self, err))
+        reports = self.reports
+        if reports is not None:
+            reports.append((self, err))
 
 
 @dataclass(slots=True)

@@ -12,16 +12,18 @@ At the due instant the produce calls run on the event loop, straight off the whe
 the wait for the broker's answers runs in a worker thread (:meth:`settle`), so a broker that is
 slow to answer, or a queue that is full, never blocks the loop that keeps consuming.
 
-Delivery reports come for failures only (``delivery.report.only.error``): a spike's 100k success
-callbacks, each a Python call under the GIL inside the flush, cost more than the produce calls
-they report on. A release is acknowledged when the producer's queue is empty after a flush and
-no failure was reported for it; a flush that times out leaves the round's releases pending, and
-a later flush that empties the queue acknowledges them.
+Every record gets its delivery report, success or failure: a release's outcome is its own, so
+release rounds overlap. The loop produces the next round while the answers for the one before
+are still awaited (runs falling due every few milliseconds would otherwise wait, round after
+round, for the acknowledgements of the round ahead of them), and no outcome depends on the
+producer's queue ever being found empty. A report is a Python call under the GIL (~0.4 µs); a
+spike's reports are served on the settling thread after its produce calls, not between them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Generic, TypeVar, cast
@@ -41,6 +43,15 @@ T = TypeVar("T")
 #: (release, None) when the broker acknowledged it, (release, reason) when it refused it.
 Outcomes = list[tuple[Release[T], str | None]]
 
+#: How long one poll (or flush) waits for answers before the settling thread counts them again.
+_POLL_SLICE = 0.005
+#: From how many records one send() is a spike's round, which the next settle flushes once. A
+#: flush makes librdkafka send at once whatever is queued: right for a spike, whose batches are
+#: full anyway; repeated under runs due every few ms, it sends a produce request per few records,
+#: the broker's acknowledgements fall behind, more records wait, and the settle keeps flushing
+#: (measured on the embedded broker: the target's consumers stalled for seconds).
+_FLUSH_FROM = 1000
+
 
 def release_stamp(release: Release[Any]) -> list[tuple[str, bytes]]:
     """The headers saying when ``release`` left (taken off the wheel, plus any throttled wait)
@@ -59,18 +70,27 @@ class ReadyPublisher(Generic[T]):
         self._producer = producer
         self._topic = topic
         self._flush_timeout = flush_timeout
-        # Failure reports, appended by librdkafka's callbacks. They run only inside poll() and
-        # flush(), which only the publishing thread calls (one round at a time), so no lock.
-        self._failures: list[tuple[Release[T], Any]] = []
-        # Produced, neither reported failed nor known delivered (by id: releases are unhashable).
-        self._pending: dict[int, Release[T]] = {}
+        # Delivery reports (release, error or None), appended by librdkafka's callbacks inside
+        # the settling thread's flush, or by send() on the loop when the client itself refuses a
+        # record. Taken from the front only (what is appended meanwhile stays): no lock.
+        self._reports: list[tuple[Release[T], Any]] = []
+        self._produced = 0  # records handed to librdkafka by send(), on the loop
+        self._produced_slowly = 0  # ... by the settling thread, once the queue had room
+        self._reported = 0  # reports taken by settle()
+        self._closed = False  # set once close() has flushed: a settle under way stops waiting
+        self._big_round = False  # send() produced a spike's round since the last settle
+
+    @property
+    def outstanding(self) -> int:
+        """Records produced whose report has not been taken by :meth:`settle` yet. Exact on the
+        event loop while no settle is under way."""
+        return self._produced + self._produced_slowly - self._reported
 
     @classmethod
     def from_settings(
         cls, settings: Settings, topic: str, flush_timeout: float
     ) -> ReadyPublisher[T]:
-        config = producer_config(settings, **{"delivery.report.only.error": True})
-        return cls(Producer(config), topic, flush_timeout)
+        return cls(Producer(producer_config(settings, **{"linger.ms": 20})), topic, flush_timeout)
 
     def send(self, releases: Sequence[Release[T]]) -> list[Release[T]]:
         """Hand ``releases`` to librdkafka now, on the calling thread; returns those its queue
@@ -83,14 +103,13 @@ class ReadyPublisher(Generic[T]):
         """
         produce, topic = self._producer.produce, self._topic
         stamps: dict[tuple[datetime, int], list[tuple[str, bytes]]] = {}
-        pending, failures = self._pending, self._failures
+        reports = self._reports
         sent = 0
         try:
             for release in releases:
                 routed = release.routed
                 emission = routed.emission
-                pending[id(release)] = release
-                release.failures = failures  # the release is its own delivery callback
+                release.reports = reports  # the release is its own delivery callback
                 try:
                     if emission is None:
                         # When it was released and how long throttling held it, for the worker's
@@ -118,42 +137,58 @@ class ReadyPublisher(Generic[T]):
                     release(exc.args[0], None)
                 sent += 1
         except BufferError:  # the queue is full: the rest waits for room, off the loop
+            self._sent(sent)
             return list(releases[sent:])
+        self._sent(sent)
         return []
 
+    def _sent(self, count: int) -> None:
+        self._produced += count
+        if count >= _FLUSH_FROM:
+            self._big_round = True
+
     async def settle(self, unsent: Sequence[Release[T]] = ()) -> Outcomes[T]:
-        """Produce ``unsent`` (what :meth:`send` left), then wait for the broker's answers (at
-        most ``flush_timeout``), in a worker thread: a broker slow to answer never blocks the
-        event loop. Returns the outcome of every release sent so far that is now known."""
+        """Produce ``unsent`` (what :meth:`send` left), then wait for the broker's answers, in a
+        worker thread: a broker slow to answer never blocks the event loop. Returns every
+        outcome reported since the last settle; it waits until there is one for each record
+        produced before it started, or ``flush_timeout`` has passed (records still unanswered
+        are reported to a later settle). One settle at a time."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, self._settle_blocking, unsent)
 
     async def close(self) -> None:
+        """Wait for the broker's answers (at most ``flush_timeout``); a settle under way then
+        returns what was answered instead of waiting out its own timeout."""
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self._producer.flush, self._flush_timeout)
+        self._closed = True
 
     def _settle_blocking(self, unsent: Sequence[Release[T]]) -> Outcomes[T]:
         for release in unsent:
             self._produce_slowly(release)
-        pending = self._pending
-        in_queue = self._producer.flush(self._flush_timeout)
-        # Copied and emptied in place: every release produced refers to this one list.
-        failures = self._failures[:]
-        self._failures.clear()
-        outcomes: Outcomes[T] = [
-            (release, str(err))
-            for release, err in failures
-            if pending.pop(id(release), None) is not None
-        ]
-        if in_queue == 0:  # every record produced so far was delivered or reported failed
-            outcomes.extend((release, None) for release in pending.values())
-            pending.clear()
-        return outcomes
+        reports, poll = self._reports, self._producer.poll
+        wanted = self._produced + self._produced_slowly
+        deadline = time.monotonic() + self._flush_timeout
+        if self._big_round:
+            # A spike's round: its batches are full anyway, and one short flush sends the last
+            # partial ones without waiting out linger.ms. Once only: a flush under a steady
+            # stream of records would send them a few at a time (see _FLUSH_FROM).
+            self._big_round = False
+            self._producer.flush(_POLL_SLICE)
+        while self._reported + len(reports) < wanted:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._closed:
+                break
+            poll(min(remaining, _POLL_SLICE))
+        count = len(reports)
+        taken = reports[:count]
+        del reports[:count]  # what a callback appended since stays for the next settle
+        self._reported += count
+        return [(release, None if err is None else str(err)) for release, err in taken]
 
     def _produce_slowly(self, release: Release[T]) -> None:
         """librdkafka's queue is full: serve delivery reports to make room, then produce."""
-        self._pending[id(release)] = release
-        release.failures = self._failures
+        release.reports = self._reports
         routed, emission = release.routed, release.routed.emission
         key: bytes | None
         if emission is None:
@@ -165,9 +200,10 @@ class ReadyPublisher(Generic[T]):
         while True:
             try:
                 self._producer.produce(to, value, key, headers=headers, on_delivery=release)
-                return
+                break
             except BufferError:
                 self._producer.poll(0.05)
             except KafkaException as exc:
                 release(exc.args[0], None)
-                return
+                break
+        self._produced_slowly += 1
