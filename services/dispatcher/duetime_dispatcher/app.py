@@ -514,6 +514,11 @@ class Dispatcher:
                 delay = self._sleep_for(now)
                 if delay > 0:
                     await wait_event(wake, delay)
+                else:
+                    # A round need not await anything (its answers are the settling task's):
+                    # with runs due back to back, the loop must still let the intake and the
+                    # settling task run between rounds.
+                    await asyncio.sleep(0)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
