@@ -100,7 +100,7 @@ _NO_LEAD = timedelta(0)
 # they may (recorder.EmittedRecorder.results_may_go).
 _RESULTS_PER_ROUND = 5000
 # At shutdown, after the publisher's close: how long the settling task may take to account
-# for the answers that close served (its settle returns within a flush slice of the close).
+# for the answers that close served (its settle returns within a poll slice of the close).
 _SETTLE_AT_CLOSE = 2.0
 # How long the release loop pauses while librdkafka's queue is full (the settling task produces
 # what it refused; rare: the queue holds 100,000 records).

@@ -71,8 +71,9 @@ class ReadyPublisher(Generic[T]):
         self._topic = topic
         self._flush_timeout = flush_timeout
         # Delivery reports (release, error or None), appended by librdkafka's callbacks inside
-        # the settling thread's flush, or by send() on the loop when the client itself refuses a
-        # record. Taken from the front only (what is appended meanwhile stays): no lock.
+        # the settling thread's poll or flush, or by send() on the loop when the client itself
+        # refuses a record. Taken from the front only (what is appended meanwhile stays): no
+        # lock.
         self._reports: list[tuple[Release[T], Any]] = []
         self._produced = 0  # records handed to librdkafka by send(), on the loop
         self._produced_slowly = 0  # ... by the settling thread, once the queue had room
