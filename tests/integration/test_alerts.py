@@ -348,10 +348,13 @@ def test_release_lateness_fires_when_the_p99_exceeds_the_threshold(
     # Then runs start 40 s after they were due (started, or still waiting).
     for n in range(3):
         env.claim(env.run(f"late-{n}", late=timedelta(seconds=40)))
+    # Waiting ones count too, in the outbox or published and not claimed yet.
     env.run("waiting", late=timedelta(seconds=40))
+    published = env.run("waiting-published", late=timedelta(seconds=40))
+    env.sql("UPDATE runs SET published_at = now() WHERE run_id = :r", r=published[0])
     raised = checks.run_once(now + timedelta(seconds=15))
     assert raised == {AlertKind.RELEASE_LATENESS: Transition.FIRED}
     [row] = alerts_list(env.store)
     payload = row.payload if isinstance(row.payload, dict) else json.loads(row.payload)
-    assert payload["details"]["runs"] == 24
+    assert payload["details"]["runs"] == 25
     assert payload["details"]["p99_seconds"] >= 39

@@ -199,6 +199,19 @@ def test_the_sweeper_does_not_republish_runs_waiting_in_a_healthy_backlog(
                 started_s=-1 - i,
                 state="running",
             )
+        # A backlog whose consumers drain at different speeds: the group's head started 50 s
+        # late and is 25 s past a run still waiting, more than the 10 s margin but less than
+        # the margin plus the head's own lateness.
+        _insert_run(conn, "skewed-wait", service="skewed", due_s=-85, published_s=-90)
+        _insert_run(
+            conn,
+            "skewed-head",
+            service="skewed",
+            due_s=-60,
+            published_s=-90,
+            started_s=-10,
+            state="running",
+        )
         # Published recently by a previous sweep (publish_count 2: a 60 s grace), then the
         # group moved on: not yet due for another publication.
         _insert_run(conn, "again", service="moving", due_s=-300, published_s=-40, publish_count=2)
@@ -275,6 +288,31 @@ def test_the_sweeper_republishes_runs_that_were_lost(
     assert sorted(c.publish_count for c in counts) == [2, 2, 2]
     # Published again just now: the doubled grace keeps them from being swept at once.
     assert planner.sweep().runs_swept == 0
+
+
+def test_the_sweepers_margin_grows_with_the_groups_lateness(
+    env: tuple[Settings, Store, Producer],
+) -> None:
+    settings, store, producer = env
+    planner = Planner(store, producer, TopicCatalog(settings.topic_prefix), PlannerConfig())
+    planner.ensure_partitions(datetime.now(UTC).date())
+    with store.engine.begin() as conn:
+        # The group's head started 50 s after it was due: a margin of 10 + 50 s.
+        _insert_run(
+            conn,
+            "head",
+            service="late",
+            due_s=-60,
+            published_s=-90,
+            started_s=-10,
+            state="running",
+        )
+        waiting = _insert_run(conn, "waiting", service="late", due_s=-100, published_s=-110)
+        behind = _insert_run(conn, "behind", service="late", due_s=-200, published_s=-210)
+    swept = planner.sweep()
+    assert swept.runs_swept == 1
+    assert _republished(store) == {behind}
+    assert waiting not in _republished(store)
 
 
 def test_the_sweeper_and_the_publish_mark_skip_rows_another_transaction_writes(

@@ -98,10 +98,23 @@ WITH sample AS (
      LIMIT :limit)
     UNION ALL
     (SELECT CAST(extract(epoch FROM now() - due_at) AS double precision) AS late_seconds
-     FROM runs
-     WHERE state = 'scheduled' AND attempt = 0
-       AND due_at > now() - make_interval(secs => CAST(:window_seconds AS double precision))
-       AND due_at <= now()
+     FROM (
+        -- One branch per partial index (published or not): a condition on `state` alone
+        -- matches neither, and the scan would read the whole day's partition.
+        (SELECT due_at FROM runs
+         WHERE state = 'scheduled' AND published_at IS NOT NULL AND attempt = 0
+           AND due_at > now() - make_interval(secs => CAST(:window_seconds AS double precision))
+           AND due_at <= now()
+         ORDER BY due_at DESC
+         LIMIT :limit)
+        UNION ALL
+        (SELECT due_at FROM runs
+         WHERE state = 'scheduled' AND published_at IS NULL AND attempt = 0
+           AND due_at > now() - make_interval(secs => CAST(:window_seconds AS double precision))
+           AND due_at <= now()
+         ORDER BY due_at DESC
+         LIMIT :limit)
+     ) waiting
      ORDER BY due_at DESC
      LIMIT :limit)
 )
