@@ -30,16 +30,16 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from duetime.bus.records import RUN_EVENTS
 from duetime.bus.run_headers import read_release
 from duetime.errors import CodecError
 from duetime.model import RunEvent
 
+from .decoding import RunDecoder, decode_run, run_problem
 from .logs import event
 from .offsets import OffsetTracker, Partition
 
@@ -94,33 +94,6 @@ class Slots:
             return self._used
 
 
-def run_problem(run: RunEvent) -> str | None:
-    """Why a decoded RunEvent cannot be executed, or None. Avro checks types, not meaning."""
-    if run.attempt < 1:
-        return f"attempt must be at least 1, not {run.attempt}"
-    if run.max_attempts < run.attempt:
-        return f"attempt {run.attempt} exceeds max_attempts {run.max_attempts}"
-    if run.lease <= timedelta(0):
-        return "lease must be positive"
-    if run.scheduled_for.tzinfo is None:
-        return "scheduled_for has no time zone"
-    return None
-
-
-def decode_run(value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None) -> RunEvent:
-    """Decode and sanity-check one runs.ready record; every failure is a ``CodecError``."""
-    try:
-        run = RUN_EVENTS.decode(value, headers)
-    except CodecError:
-        raise
-    except Exception as exc:  # e.g. OverflowError from an absurd lease_ms: still poison
-        raise CodecError(f"RunEvent: {type(exc).__name__}: {exc}") from exc
-    problem = run_problem(run)
-    if problem is not None:
-        raise CodecError(f"RunEvent: {problem}")
-    return run
-
-
 class ReadyConsumer:
     """Drives one confluent-kafka consumer on the calling thread (see the module docstring)."""
 
@@ -138,6 +111,7 @@ class ReadyConsumer:
     ) -> None:
         self._consumer = consumer
         self._topic = topic
+        self._decoder = RunDecoder()
         self._slots = slots
         self._tracker = tracker
         self._submit = submit
@@ -222,7 +196,7 @@ class ReadyConsumer:
         self._tracker.fetched(partition, offset)
         headers = _headers(message)
         try:
-            run = decode_run(message.value(), headers)
+            run = self._decoder.decode(message.value(), headers)
         except CodecError as exc:
             event(
                 "run.undecodable",
