@@ -90,10 +90,20 @@ WHERE state = 'scheduled' AND published_at IS NULL AND due_at <= now()
 
 -- name: api_forecast_planned
 -- Runs planned and waiting, per minute of due_at, target and tenant, up to :horizon.
+-- Read through the two partial indexes on scheduled runs (runs_outbox_idx, runs_unclaimed_idx,
+-- both on due_at): `state` alone matches neither, and was a scan of the day's partition.
 SELECT date_trunc('minute', due_at) AS minute, target_service, tenant, count(*) AS runs
-FROM runs
-WHERE state = 'scheduled' AND due_at >= date_trunc('minute', now()) AND due_at < :horizon
-  AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+FROM (
+    SELECT due_at, target_service, tenant FROM runs
+    WHERE state = 'scheduled' AND published_at IS NULL
+      AND due_at >= date_trunc('minute', now()) AND due_at < :horizon
+      AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+    UNION ALL
+    SELECT due_at, target_service, tenant FROM runs
+    WHERE state = 'scheduled' AND published_at IS NOT NULL
+      AND due_at >= date_trunc('minute', now()) AND due_at < :horizon
+      AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+) planned
 GROUP BY 1, 2, 3;
 
 -- name: api_forecast_jobs

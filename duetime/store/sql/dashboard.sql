@@ -3,13 +3,23 @@
 
 -- name: dashboard_queue_depth
 -- Runs waiting and in flight: scheduled and due (not yet started), scheduled ahead, running.
--- Both states have partial indexes (runs_outbox_idx, runs_unclaimed_idx, runs_lease_idx).
-SELECT count(*) FILTER (WHERE state = 'scheduled' AND due_at <= now()) AS due_waiting,
-       count(*) FILTER (WHERE state = 'scheduled' AND due_at > now()) AS planned_ahead,
-       count(*) FILTER (WHERE state = 'running') AS running
-FROM runs
-WHERE state IN ('scheduled', 'running')
-  AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant);
+-- One count per partial index (runs_outbox_idx, runs_unclaimed_idx, runs_lease_idx), so the
+-- cost follows the runs waiting and in flight, not the day's partition: a condition on `state`
+-- alone matches none of them and was a scan of every partition.
+WITH waiting AS (
+    SELECT due_at <= now() AS due FROM runs
+    WHERE state = 'scheduled' AND published_at IS NULL
+      AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+    UNION ALL
+    SELECT due_at <= now() AS due FROM runs
+    WHERE state = 'scheduled' AND published_at IS NOT NULL
+      AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+)
+SELECT (SELECT count(*) FROM waiting WHERE due) AS due_waiting,
+       (SELECT count(*) FROM waiting WHERE NOT due) AS planned_ahead,
+       (SELECT count(*) FROM runs
+        WHERE state = 'running' AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant))
+           AS running;
 
 -- name: dashboard_dead_recent
 -- Dead runs scheduled in the last :window_seconds (the bound prunes runs' day partitions).
