@@ -409,6 +409,8 @@ CREATE INDEX run_attempts_job_idx ON public.run_attempts USING btree (job_id, st
 
 CREATE INDEX runs_claimed_head_idx ON ONLY public.runs USING btree (target_service, tenant, due_at DESC, started_at DESC) WHERE (started_at IS NOT NULL);
 
+CREATE INDEX runs_dead_idx ON ONLY public.runs USING btree (scheduled_for) WHERE (state = 'dead'::text);
+
 CREATE INDEX runs_dead_outbox_idx ON ONLY public.runs USING btree (finished_at) WHERE ((state = 'dead'::text) AND (dead_published_at IS NULL));
 
 CREATE INDEX runs_first_start_idx ON ONLY public.runs USING btree (due_at) WHERE ((attempt = 1) AND (state <> 'scheduled'::text));

@@ -85,6 +85,7 @@ def test_periodic_queries_read_waiting_runs_through_indexes_not_the_partition(
     _runs(store, "acme", "scheduled", False, -5, 20)
     _runs(store, "acme", "scheduled", True, 60, 20)
     _runs(store, "acme", "running", True, -2, 20)
+    _runs(store, "acme", "dead", True, -60, 20)
     with store.engine.begin() as conn:
         conn.execute(text("ANALYZE runs"))
         horizon = conn.execute(text("SELECT now() + interval '1 hour'")).scalar_one()
@@ -98,6 +99,9 @@ def test_periodic_queries_read_waiting_runs_through_indexes_not_the_partition(
         )
         plans = {
             "dashboard_queue_depth": _plan(conn, "dashboard_queue_depth", {"tenant": None}),
+            "dashboard_dead_recent": _plan(
+                conn, "dashboard_dead_recent", {"tenant": None, "window_seconds": 86400.0}
+            ),
             "api_forecast_planned": _plan(
                 conn, "api_forecast_planned", {"tenant": None, "horizon": horizon}
             ),
