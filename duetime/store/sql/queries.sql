@@ -10,25 +10,14 @@ ON CONFLICT DO NOTHING;
 SELECT duetime_ensure_runs_partition(CAST(:day AS date));
 
 -- name: runs_get_unpublished
--- The outbox: scheduled runs the broker has not acknowledged, due within the horizon. The
--- runs are picked first (runs_outbox_idx), then joined and locked: written as one query, the
--- planner hash-joined the whole outbox to every job and sorted it on disk before the LIMIT
--- (277 ms for 5,000 of a 39,000-run outbox against 78 ms; an outbox grows when the broker is
--- away). A run another planner holds is skipped: the batch comes back short, never blocked.
-WITH picked AS MATERIALIZED (
-    SELECT run_id, scheduled_for FROM runs
-    WHERE state = 'scheduled' AND published_at IS NULL AND due_at <= :horizon
-    ORDER BY due_at
-    LIMIT :limit
-)
+-- The outbox: scheduled runs the broker has not acknowledged, due within the horizon.
 SELECT r.run_id, r.job_id, r.tenant, r.target_service, r.scheduled_for, r.due_at, r.attempt,
        r.max_attempts, j.target, j.lease_ms, j.heartbeat_ms, j.retry_initial_ms, j.retry_multiplier,
        j.retry_max_ms, j.retry_jitter, (j.job_id IS NULL) AS job_missing
-FROM picked p
-JOIN runs r ON r.run_id = p.run_id AND r.scheduled_for = p.scheduled_for
-LEFT JOIN jobs j ON j.job_id = r.job_id
-WHERE r.state = 'scheduled' AND r.published_at IS NULL
+FROM runs r LEFT JOIN jobs j ON j.job_id = r.job_id
+WHERE r.state = 'scheduled' AND r.published_at IS NULL AND r.due_at <= :horizon
 ORDER BY r.due_at
+LIMIT :limit
 FOR UPDATE OF r SKIP LOCKED;
 
 -- name: runs_get_expired
