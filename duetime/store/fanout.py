@@ -29,6 +29,7 @@ from .queries import query
 from .store import ShardOwnerRow, Store, Tx
 
 __all__ = [
+    "LATENESS_SAMPLE",
     "Lateness",
     "each_tx",
     "lateness_merged",
@@ -98,11 +99,16 @@ class Lateness:
     max_seconds: float | None
 
 
+#: The runs /v1/stats/lateness reads per cluster: the latest due in the window.
+LATENESS_SAMPLE = 100_000
+
+
 def lateness_merged(conns: Sequence[Connection], tenant: str | None, window: float) -> Lateness:
     """Lateness over the clusters of ``conns``, from the sum of their millisecond histograms
-    (``fanout_lateness_ms``); the percentiles interpolate like ``percentile_cont``."""
+    (``fanout_lateness_ms``: at most ``LATENESS_SAMPLE`` runs per cluster, the latest due); the
+    percentiles interpolate like ``percentile_cont``."""
     counts: Counter[int] = Counter()
-    params = {"tenant": tenant, "window_seconds": window}
+    params = {"tenant": tenant, "window_seconds": window, "sample": LATENESS_SAMPLE}
     for conn in conns:
         for row in conn.execute(query("fanout_lateness_ms"), params):
             counts[int(row.late_ms)] += int(row.runs)

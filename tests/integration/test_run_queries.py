@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, text
 
-from duetime.store import Store
+from duetime.store import Store, fanout
 from duetime.store.dashboard import QueueDepth, queue_depth
 from duetime.store.queries import query
 
@@ -34,14 +34,17 @@ def _runs(store: Store, tenant: str, state: str, published: bool, due_s: int, n:
         conn.execute(
             text(
                 "INSERT INTO runs (run_id, job_id, tenant, target_service, scheduled_for, due_at,"
-                " state, attempt, max_attempts, lease_token, lease_expires_at, published_at)"
+                " state, attempt, max_attempts, lease_token, lease_expires_at, published_at,"
+                " started_at)"
                 " SELECT gen_random_uuid(), 'job-' || gen_random_uuid(), :tenant,"
                 " 'svc', date_trunc('second', now()) + make_interval(secs => :due),"
                 " date_trunc('second', now()) + make_interval(secs => :due), :state,"
-                " CASE WHEN :state = 'running' THEN 1 ELSE 0 END, 3,"
+                " CASE WHEN :state = 'scheduled' THEN 0 ELSE 1 END, 3,"
                 " CASE WHEN :state = 'running' THEN gen_random_uuid() END,"
                 " CASE WHEN :state = 'running' THEN now() + interval '1 minute' END,"
-                " CASE WHEN :published THEN now() END"
+                " CASE WHEN :published THEN now() END,"
+                " CASE WHEN :state <> 'scheduled' THEN date_trunc('second', now())"
+                " + make_interval(secs => :due + 0.05) END"
                 " FROM generate_series(1, :n) AS i"
             ),
             {"tenant": tenant, "state": state, "published": published, "due": due_s, "n": n},
@@ -108,6 +111,11 @@ def test_periodic_queries_read_waiting_runs_through_indexes_not_the_partition(
             "runs_release_lateness": _plan(
                 conn, "runs_release_lateness", {"window_seconds": 60.0, "limit": 1000}
             ),
+            "fanout_lateness_ms": _plan(
+                conn,
+                "fanout_lateness_ms",
+                {"tenant": None, "window_seconds": 3600.0, "sample": 1000},
+            ),
             "runs_get_unpublished": _plan(
                 conn, "runs_get_unpublished", {"horizon": horizon, "limit": 5000}
             ),
@@ -117,3 +125,22 @@ def test_periodic_queries_read_waiting_runs_through_indexes_not_the_partition(
         # (Empty partitions may be scanned: there is nothing to read.)
         scanned = set(re.findall(r"Seq Scan on (runs_p\d+)", plan))
         assert not scanned & full, f"{name}:\n{plan}"
+
+
+def test_lateness_reads_the_latest_runs_of_its_window_up_to_its_sample(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fanout, "LATENESS_SAMPLE", 5)
+    _runs(store, "acme", "succeeded", True, -100, 10)
+    _runs(store, "acme", "succeeded", True, -10, 5)
+    with store.engine.begin() as conn:
+        # The older runs started 5 s late; the five latest 50 ms late.
+        conn.execute(
+            text(
+                "UPDATE runs SET started_at = due_at + interval '5 s'"
+                " WHERE due_at < now() - interval '50 s'"
+            )
+        )
+        lateness = fanout.lateness_merged([conn], None, 3600.0)
+    assert lateness.runs == 5
+    assert lateness.max_seconds == pytest.approx(0.05)
