@@ -4,7 +4,7 @@ A RunEvent record is a per-run head (run id, job id, tenant, the two instants, t
 followed by the job's tail, the same bytes for every run of one job version
 (:mod:`duetime.bus.run_template`). The whole-record decode (``decode_run``: the Avro codec, then
 the model's objects) cost ~19.5 µs a record; ``RunDecoder`` reads the head by hand and takes the
-tail's fields from the first record of the job that the codec decoded whole, ~4 µs a record.
+tail's fields from the first record of the job that the codec decoded whole, ~6 µs a record.
 
 It accepts and refuses exactly what ``decode_run`` does: a record it cannot read on the short
 path (a head that does not parse, a tail it has not seen, an attempt the tail does not allow,
