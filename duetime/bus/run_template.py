@@ -27,7 +27,7 @@ from duetime.schedule import RetryPolicy
 
 from .records import RUN_EVENTS
 
-__all__ = ["RunTemplate", "read_head"]
+__all__ = ["EPOCH", "FIRST_US", "LAST_US", "RunTemplate", "read_head"]
 
 # The fields in schema order; the per-job tail starts at max_attempts.
 _FIELDS = (
@@ -67,7 +67,11 @@ def _full_name(branch: str | dict[str, str]) -> str:
 
 
 _check_schema()
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: The instants an aware datetime holds, in epoch µs (read_head's unit): beyond them the codec
+#: refuses the value.
+FIRST_US = (datetime.min.replace(tzinfo=UTC) - EPOCH) // timedelta(microseconds=1)
+LAST_US = (datetime.max.replace(tzinfo=UTC) - EPOCH) // timedelta(microseconds=1)
 _DOUBLE = struct.Struct("<d")
 _SMALL = tuple(bytes((i << 1,)) for i in range(64))  # 0..63 zig-zag into one byte
 _NULL = b"\x00"
@@ -106,7 +110,7 @@ def _micros(instant: datetime) -> int:
     """timestamp-micros of an aware datetime, exactly as the codec computes it."""
     if instant.tzinfo is None:
         raise ValueError("timestamp without a zone")
-    delta = instant - _EPOCH
+    delta = instant - EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 

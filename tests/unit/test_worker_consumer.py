@@ -18,7 +18,8 @@ from fastavro import schemaless_writer
 from duetime.bus.records import RUN_EVENTS
 from duetime.errors import CodecError
 from duetime.model import HttpTarget, RunEvent
-from duetime_workers.consumer import Fetched, ReadyConsumer, Slots, decode_run
+from duetime_workers.consumer import Fetched, ReadyConsumer, Slots
+from duetime_workers.decoding import decode_run
 from duetime_workers.offsets import OffsetTracker
 
 TOPIC = "t.runs.ready"

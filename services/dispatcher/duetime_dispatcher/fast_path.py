@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from duetime.bus.records import RUN_EVENTS
-from duetime.bus.run_template import read_head
+from duetime.bus.run_template import EPOCH, FIRST_US, LAST_US, read_head
 from duetime.bus.target_records import format_instant, kafka_header_values, topic_refusal
 from duetime.errors import CodecError
 from duetime.fencing import emitted_token
@@ -42,11 +42,6 @@ from duetime.model import KafkaTarget, RunEvent
 from .routing import Routed
 
 __all__ = ["Emission", "EmissionPlanner"]
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# The instants an aware datetime holds, in epoch µs: beyond them the codec refuses the value.
-_FIRST_US = (datetime.min.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
-_LAST_US = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
 
 
 @dataclass(slots=True)
@@ -131,7 +126,7 @@ class EmissionPlanner:
             return routed, job
         if run_text != routed.ready_key or attempt != routed.attempt:
             return routed, "the routing headers and the value name different runs"
-        if not _FIRST_US <= due_us <= _LAST_US:  # unused here, but the codec would refuse it
+        if not FIRST_US <= due_us <= LAST_US:  # unused here, but the codec would refuse it
             return self._decoded(routed)
         instant = self._instants.get(scheduled_us)
         if instant is None:
@@ -183,7 +178,7 @@ class EmissionPlanner:
     def _instant(self, micros: int) -> tuple[datetime, bytes]:
         if len(self._instants) >= 4096:
             self._instants.clear()
-        at = _EPOCH + timedelta(microseconds=micros)
+        at = EPOCH + timedelta(microseconds=micros)
         made = self._instants[micros] = (at, format_instant(at).encode("ascii"))
         return made
 

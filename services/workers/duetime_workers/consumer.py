@@ -39,11 +39,11 @@ from duetime.bus.run_headers import read_release
 from duetime.errors import CodecError
 from duetime.model import RunEvent
 
-from .decoding import RunDecoder, decode_run, run_problem
+from .decoding import RunDecoder
 from .logs import event
 from .offsets import OffsetTracker, Partition
 
-__all__ = ["Fetched", "ReadyConsumer", "Slots", "decode_run", "run_problem"]
+__all__ = ["Fetched", "ReadyConsumer", "Slots"]
 
 _PAUSED_POLL = 0.05
 # How long every slot may stay busy before the partitions are paused (well inside the consumer's

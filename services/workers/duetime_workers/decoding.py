@@ -16,20 +16,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from duetime.bus.records import RUN_EVENTS
-from duetime.bus.run_template import read_head
+from duetime.bus.run_template import EPOCH, FIRST_US, LAST_US, read_head
 from duetime.errors import CodecError
 from duetime.model import RunEvent, Target
 from duetime.schedule import RetryPolicy
 
 __all__ = ["RunDecoder", "decode_run", "run_problem"]
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# datetime's own range in epoch µs: the codec refuses an instant beyond it.
-_FIRST_US = (datetime.min.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
-_LAST_US = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
 
 # What a job's tail decodes to: the RunEvent's fields after the attempt, in order.
 _Job = tuple[int, str, Target, timedelta, timedelta, RetryPolicy]
@@ -101,6 +96,7 @@ class RunDecoder:
             due_at = self._instant(due_us)
         except (ValueError, OverflowError):
             return decode_run(value, headers)
+        # Positionally, in the model's field order (the unit tests compare with the codec's).
         return RunEvent(run_id, job_id, tenant, scheduled_for, due_at, attempt, *job)
 
     def _learn(
@@ -123,35 +119,9 @@ class RunDecoder:
         known = self._instants.get(micros)
         if known is not None:
             return known
-        if not _FIRST_US <= micros <= _LAST_US:
+        if not FIRST_US <= micros <= LAST_US:
             raise OverflowError("instant beyond datetime's range")
         if len(self._instants) >= 4096:
             self._instants.clear()
-        at = self._instants[micros] = _EPOCH + timedelta(microseconds=micros)
+        at = self._instants[micros] = EPOCH + timedelta(microseconds=micros)
         return at
-
-
-def _check() -> None:
-    """The positional RunEvent above follows the model's field order."""
-    names = tuple(RunEvent.__dataclass_fields__)
-    expected = (
-        "run_id",
-        "job_id",
-        "tenant",
-        "scheduled_for",
-        "due_at",
-        "attempt",
-        "max_attempts",
-        "target_service",
-        "target",
-        "lease",
-        "heartbeat_interval",
-        "retry",
-    )
-    if names != expected:
-        raise RuntimeError(
-            f"RunEvent fields are {names}, duetime_workers.decoding builds {expected}"
-        )
-
-
-_check()
